@@ -1,0 +1,53 @@
+// topt run CONFIG: check and time every case; results under --out.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <ctime>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "harness/registry.h"
+#include "harness/runner.h"
+#include "harness/text.h"
+
+namespace topt::cli {
+
+namespace {
+std::string default_out_dir() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "results/%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  CLI::App* sub = app.add_subcommand("run", "Check every implementation against the reference, then time it");
+  auto opts = std::make_shared<SweepArgs>();
+  auto out = std::make_shared<std::string>();
+  auto resume = std::make_shared<bool>(false);
+  add_sweep_args(*sub, *opts);
+  sub->add_option("--out", *out, "Output directory (default results/<timestamp>)");
+  sub->add_flag("--resume", *resume, "Skip the rows already in --out's results.jsonl");
+  sub->callback([opts, out, resume, &exit_code] {
+    exit_code = guard_config_errors("run", [&] {
+      if (*resume && out->empty()) {
+        fmt::print(stderr, "topt run: --resume needs --out DIR (the directory of the run to continue)\n");
+        return int(kUsage);
+      }
+      Config cfg = load_config(opts->config, builtin_registry());
+      RunOptions ro;
+      ro.out_dir = out->empty() ? default_out_dir() : *out;
+      ro.filter = opts->filter();
+      ro.resume = *resume;
+      ro.command_line = "topt run " + shell_quote(opts->config) +
+                        (opts->filter_regex.empty() ? "" : " --filter " + shell_quote(opts->filter_regex));
+      for (auto& i : opts->impls) ro.command_line += " --impl " + i;
+      return run_sweep(cfg, builtin_registry(), ro);
+    });
+  });
+}
+
+}  // namespace topt::cli

@@ -1,0 +1,32 @@
+# Every dependency comes in as an imported target; scripts/setup.sh installs them.
+find_package(CUDAToolkit 13 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(benchmark REQUIRED)
+find_package(GTest REQUIRED)
+find_package(CLI11 REQUIRED)
+
+# cuDNN 9 ships no CMake package: find it beside the toolkit.
+find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include REQUIRED)
+find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib REQUIRED)
+add_library(CUDNN::cudnn SHARED IMPORTED)
+set_target_properties(CUDNN::cudnn PROPERTIES
+  IMPORTED_LOCATION ${CUDNN_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
+
+# The cuDNN frontend is header-only; the PyPI wheel nvidia-cudnn-frontend puts its headers in
+# <site-packages>/include. CUDNN_FRONTEND_INCLUDE_DIR overrides the lookup.
+if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+  find_package(Python3 COMPONENTS Interpreter REQUIRED)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c "import sysconfig; print(sysconfig.get_paths()['purelib'] + '/include')"
+    OUTPUT_VARIABLE CUDNN_FRONTEND_INCLUDE_DIR OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()
+if(NOT EXISTS "${CUDNN_FRONTEND_INCLUDE_DIR}/cudnn_frontend.h")
+  message(FATAL_ERROR "cudnn_frontend.h not found in '${CUDNN_FRONTEND_INCLUDE_DIR}': run scripts/setup.sh")
+endif()
+add_library(cudnn_frontend INTERFACE IMPORTED)
+# SYSTEM: its warnings are not ours.
+set_target_properties(cudnn_frontend PROPERTIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES ${CUDNN_FRONTEND_INCLUDE_DIR})
+target_include_directories(cudnn_frontend SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
+target_link_libraries(cudnn_frontend INTERFACE CUDNN::cudnn)

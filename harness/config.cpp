@@ -1,0 +1,262 @@
+#include "harness/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "harness/presets.h"
+#include "harness/registry.h"
+#include "harness/text.h"
+
+namespace topt {
+
+void throw_config_error(const std::string& file, const YAML::Mark& mark, const std::string& msg) {
+  if (mark.is_null()) throw ConfigError(fmt::format("{}: error: {}", file, msg));
+  throw ConfigError(fmt::format("{}:{}:{}: error: {}", file, mark.line + 1, mark.column + 1, msg));
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Reads a scalar of type T, or fails naming what was expected.
+template <class T>
+T scalar(const YAML::Node& n, const std::string& what, const char* expected, const std::string& file) {
+  if (!n.IsScalar())
+    throw_config_error(file, n.Mark(), fmt::format("{}: expected {}, got a {}", what, expected,
+                                                   n.IsMap() ? "map" : n.IsSequence() ? "list" : "null"));
+  try {
+    return n.as<T>();
+  } catch (const YAML::BadConversion&) {
+    throw_config_error(file, n.Mark(), fmt::format("{}: expected {}, got '{}'", what, expected, n.Scalar()));
+  }
+}
+
+void require_map(const YAML::Node& n, const std::string& what, const std::string& file) {
+  if (!n.IsMap()) throw_config_error(file, n.Mark(), what + ": expected a map of key: value");
+}
+
+void require_list(const YAML::Node& n, const std::string& what, const std::string& file) {
+  if (!n.IsSequence()) throw_config_error(file, n.Mark(), what + ": expected a list");
+}
+
+double positive(const YAML::Node& n, const std::string& what, const std::string& file) {
+  double v = scalar<double>(n, what, "a number", file);
+  if (!(v > 0)) throw_config_error(file, n.Mark(), fmt::format("{}: must be > 0, got {}", what, v));
+  return v;
+}
+
+int positive_int(const YAML::Node& n, const std::string& what, const std::string& file) {
+  int v = scalar<int>(n, what, "an integer", file);
+  if (v <= 0) throw_config_error(file, n.Mark(), fmt::format("{}: must be > 0, got {}", what, v));
+  return v;
+}
+
+void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& where, const std::string& file) {
+  require_map(n, where, file);
+  check_keys(n, {"cache", "cuda_graph", "hide_launch", "warmup_min_runs", "warmup_max_s", "min_samples",
+                 "min_time_s", "max_noise_pct", "max_samples", "timeout_s", "repetitions"},
+             where, file);
+  if (auto v = n["cache"]) {
+    auto s = scalar<std::string>(v, where + ".cache", "cold or hot", file);
+    if (s != "cold" && s != "hot")
+      throw_config_error(file, v.Mark(), fmt::format("{}.cache: expected cold or hot, got '{}'", where, s));
+    m.cold = s == "cold";
+  }
+  if (auto v = n["cuda_graph"]) m.cuda_graph = scalar<bool>(v, where + ".cuda_graph", "true or false", file);
+  if (auto v = n["hide_launch"]) m.hide_launch = scalar<bool>(v, where + ".hide_launch", "true or false", file);
+  if (auto v = n["warmup_min_runs"]) m.warmup_min_runs = positive_int(v, where + ".warmup_min_runs", file);
+  if (auto v = n["warmup_max_s"]) m.warmup_max_s = positive(v, where + ".warmup_max_s", file);
+  if (auto v = n["min_samples"]) m.min_samples = positive_int(v, where + ".min_samples", file);
+  if (auto v = n["min_time_s"]) m.min_time_s = positive(v, where + ".min_time_s", file);
+  if (auto v = n["max_noise_pct"]) m.max_noise_pct = positive(v, where + ".max_noise_pct", file);
+  if (auto v = n["max_samples"]) m.max_samples = positive_int(v, where + ".max_samples", file);
+  if (auto v = n["timeout_s"]) m.timeout_s = positive(v, where + ".timeout_s", file);
+  if (auto v = n["repetitions"]) m.repetitions = positive_int(v, where + ".repetitions", file);
+  if (m.max_samples < m.min_samples)
+    throw_config_error(file, n.Mark(), fmt::format("{}: max_samples ({}) is below min_samples ({})", where,
+                                                   m.max_samples, m.min_samples));
+}
+
+// The axes an op accepts: its own, plus dtype and the model preset.
+std::vector<std::string> axis_names(const OpDef& op) {
+  std::vector<std::string> names{"model", "dtype"};
+  for (auto& a : op.axes) names.push_back(a.name);
+  return names;
+}
+
+Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& axis, const std::string& file) {
+  std::string what = fmt::format("axis '{}' of op '{}'", axis, op.name);
+  if (axis == "dtype") {
+    auto s = scalar<std::string>(n, what, "a dtype", file);
+    std::vector<std::string> valid;
+    for (DType t : op.dtypes) valid.push_back(dtype_name(t));
+    if (std::find(valid.begin(), valid.end(), s) == valid.end())
+      throw_config_error(file, n.Mark(), fmt::format("{}: '{}' is not supported; {}", what, s, expected_one_of(s, valid)));
+    return s;
+  }
+  if (axis == "model") {
+    auto s = scalar<std::string>(n, what, "a model preset", file);
+    if (!find_preset(s))
+      throw_config_error(file, n.Mark(), fmt::format("{}: unknown model preset '{}'; {}", what, s,
+                                                     expected_one_of(s, preset_names())));
+    return s;
+  }
+  auto it = std::find_if(op.axes.begin(), op.axes.end(), [&](const Axis& a) { return a.name == axis; });
+  switch (it->kind) {
+    case Axis::Kind::integer: return scalar<int64_t>(n, what, "an integer", file);
+    case Axis::Kind::number: return scalar<double>(n, what, "a number", file);
+    case Axis::Kind::string: return scalar<std::string>(n, what, "a string", file);
+  }
+  return {};
+}
+
+void check_axis_name(const YAML::Node& key, const OpDef& op, const std::string& where, const std::string& file) {
+  auto name = key.as<std::string>();
+  auto valid = axis_names(op);
+  if (std::find(valid.begin(), valid.end(), name) == valid.end())
+    throw_config_error(file, key.Mark(), fmt::format("{}: op '{}' has no axis '{}'; {}", where, op.name, name,
+                                                     expected_one_of(name, valid)));
+}
+
+// include/exclude entries: partial assignments of axis values.
+std::vector<Params> parse_assignments(const YAML::Node& n, const OpDef& op, const std::string& where,
+                                      const std::string& file) {
+  require_list(n, where, file);
+  std::vector<Params> out;
+  for (const auto& entry : n) {
+    require_map(entry, where + " entry", file);
+    Params p;
+    for (auto kv = entry.begin(); kv != entry.end(); ++kv) {
+      check_axis_name(kv->first, op, where, file);
+      auto name = kv->first.as<std::string>();
+      p.set(name, parse_axis_value(kv->second, op, name, file));
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registry, const std::string& file) {
+  require_map(n, "ops entry", file);
+  check_keys(n, {"op", "impls", "axes", "include", "exclude", "measure"}, "ops entry", file);
+  if (!n["op"]) throw_config_error(file, n.Mark(), "ops entry: missing required key 'op'");
+  OpSweep sweep;
+  sweep.line = n.Mark().line + 1;
+  sweep.op = scalar<std::string>(n["op"], "op", "an op name", file);
+  const OpDef* op = registry.find(sweep.op);
+  if (!op)
+    throw_config_error(file, n["op"].Mark(), fmt::format("unknown op '{}'; {}", sweep.op,
+                                                         expected_one_of(sweep.op, registry.op_names())));
+  if (auto impls = n["impls"]) {
+    require_list(impls, "impls", file);
+    std::vector<std::string> valid;
+    for (auto& i : op->impls) valid.push_back(i.name);
+    for (const auto& i : impls) {
+      auto name = scalar<std::string>(i, "impls entry", "an implementation name", file);
+      if (!op->find_impl(name))
+        throw_config_error(file, i.Mark(), fmt::format("op '{}' has no implementation '{}'; {}", op->name, name,
+                                                       expected_one_of(name, valid)));
+      sweep.impls.push_back(name);
+    }
+  }
+  if (!n["axes"]) throw_config_error(file, n.Mark(), fmt::format("op '{}': missing required key 'axes'", op->name));
+  const YAML::Node axes = n["axes"];
+  require_map(axes, "axes", file);
+  for (auto kv = axes.begin(); kv != axes.end(); ++kv) {
+    check_axis_name(kv->first, *op, "axes", file);
+    auto name = kv->first.as<std::string>();
+    std::vector<Value> values;
+    if (kv->second.IsSequence()) {
+      if (kv->second.size() == 0)
+        throw_config_error(file, kv->second.Mark(), fmt::format("axis '{}': the list of values is empty", name));
+      for (const auto& v : kv->second) values.push_back(parse_axis_value(v, *op, name, file));
+    } else {
+      values.push_back(parse_axis_value(kv->second, *op, name, file));
+    }
+    sweep.axes.emplace_back(name, std::move(values));
+  }
+  if (auto v = n["include"]) sweep.include = parse_assignments(v, *op, "include", file);
+  if (auto v = n["exclude"]) sweep.exclude = parse_assignments(v, *op, "exclude", file);
+  sweep.measure = cfg.measure;
+  if (auto v = n["measure"]) parse_measure(v, sweep.measure, "ops[" + op->name + "].measure", file);
+  return sweep;
+}
+
+}  // namespace
+
+std::string expected_one_of(const std::string& got, const std::vector<std::string>& valid) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (auto& v : valid) {
+    size_t d = edit_distance(got, v);
+    if (d < best_d) best_d = d, best = v;
+  }
+  std::string hint;
+  if (!best.empty() && best_d <= std::max<size_t>(2, got.size() / 3)) hint = fmt::format("did you mean '{}'? ", best);
+  return hint + "expected one of: " + join(valid);
+}
+
+void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& where,
+                const std::string& file) {
+  for (auto kv = map.begin(); kv != map.end(); ++kv) {
+    auto key = kv->first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+      throw_config_error(file, kv->first.Mark(),
+                         fmt::format("unknown key '{}' in {}; {}", key, where, expected_one_of(key, allowed)));
+  }
+}
+
+Config parse_config(const std::string& text, const std::string& path, const Registry& registry) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw_config_error(path, e.mark, "malformed YAML: " + e.msg);
+  }
+  if (!root.IsMap()) throw_config_error(path, root.Mark(), "the config must be a map with at least 'ops'");
+  check_keys(root, {"name", "description", "seed", "measure", "check", "ops"}, "the config", path);
+
+  Config cfg;
+  cfg.path = path;
+  cfg.text = text;
+  if (auto v = root["name"]) cfg.name = scalar<std::string>(v, "name", "a string", path);
+  if (auto v = root["description"]) cfg.description = scalar<std::string>(v, "description", "a string", path);
+  if (auto v = root["seed"]) cfg.seed = scalar<uint64_t>(v, "seed", "a non-negative integer", path);
+  if (auto v = root["measure"]) parse_measure(v, cfg.measure, "measure", path);
+  if (auto v = root["check"]) {
+    require_map(v, "check", path);
+    check_keys(v, {"cpu_reference_max_elements"}, "check", path);
+    if (auto e = v["cpu_reference_max_elements"])
+      cfg.check.cpu_reference_max_elements =
+          scalar<int64_t>(e, "check.cpu_reference_max_elements", "an integer", path);
+  }
+  if (!root["ops"]) throw_config_error(path, root.Mark(), "missing required key 'ops' (the list of op sweeps)");
+  require_list(root["ops"], "ops", path);
+  if (root["ops"].size() == 0) throw_config_error(path, root["ops"].Mark(), "ops: the list is empty");
+  for (const auto& op : root["ops"]) cfg.ops.push_back(parse_op(op, cfg, registry, path));
+  return cfg;
+}
+
+Config load_config(const std::string& path, const Registry& registry) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": error: cannot open the config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path, registry);
+}
+
+}  // namespace topt

@@ -1,0 +1,71 @@
+// The YAML sweep config: parsed and validated against the registry before anything runs.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness/params.h"
+
+namespace YAML {
+class Node;
+class Mark;
+}  // namespace YAML
+
+namespace topt {
+
+class Registry;
+
+// A config error, already formatted as "file:line:col: what is wrong; what was expected".
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void throw_config_error(const std::string& file, const YAML::Mark& mark, const std::string& msg);
+// "expected one of: a, b, c" with the closest name first when one is near `got`.
+std::string expected_one_of(const std::string& got, const std::vector<std::string>& valid);
+// Rejects keys of a YAML map that are not in `allowed`, naming the file, line and column.
+void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed,
+                const std::string& where, const std::string& file);
+
+struct MeasureSettings {
+  bool cold = true;            // flush the L2 before each timed launch
+  bool cuda_graph = false;     // replay the implementation captured in a CUDA graph
+  bool hide_launch = true;     // queue the launch behind a blocking kernel, nvbench-style
+  int warmup_min_runs = 3;
+  double warmup_max_s = 1.0;   // warm-up stops when the median settles or this cap is hit
+  int min_samples = 10;
+  double min_time_s = 0.1;
+  double max_noise_pct = 1.0;  // stop once the relative stddev is under this...
+  int max_samples = 2000;
+  double timeout_s = 3.0;      // ...or this much time was spent sampling
+  int repetitions = 1;         // Google Benchmark repetitions, each a full measurement
+};
+
+struct CheckSettings {
+  int64_t cpu_reference_max_elements = int64_t(1) << 22;  // above: the GPU fp32 reference
+};
+
+struct OpSweep {
+  std::string op;
+  std::vector<std::string> impls;                                   // empty: all
+  std::vector<std::pair<std::string, std::vector<Value>>> axes;     // in config order, dtype/model too
+  std::vector<Params> include, exclude;                             // partial assignments
+  MeasureSettings measure;
+  int line = 0;  // 1-based, for messages after parsing
+};
+
+struct Config {
+  std::string path;
+  std::string name, description;
+  uint64_t seed = 20240601;
+  MeasureSettings measure;
+  CheckSettings check;
+  std::vector<OpSweep> ops;
+  std::string text;  // the YAML as read, for provenance
+};
+
+Config load_config(const std::string& path, const Registry& registry);
+Config parse_config(const std::string& text, const std::string& path, const Registry& registry);
+
+}  // namespace topt

@@ -1,0 +1,120 @@
+// What an op registers: its axes, cost model, inputs, reference, tolerances and implementations.
+// The harness selects implementations by name; suites never time or check anything themselves.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/dtype.h"
+#include "harness/params.h"
+#include "harness/tensor.h"
+
+namespace topt {
+
+// One point of a sweep: an op, its parameters and its element type.
+struct Case {
+  std::string op;
+  Params params;
+  DType dtype = DType::bf16;
+
+  // "hidden=4096,tokens=16,dtype=bf16": params in the op's axis order, then the dtype.
+  std::string label() const;
+  // "op/impl/label": the name of a row, of its NVTX range and what --filter matches.
+  std::string name(const std::string& impl) const { return op + "/" + impl + "/" + label(); }
+};
+
+// The work an op must do: FLOPs and the fewest bytes it must move through device memory
+// (each input read once, each output written once).
+struct Cost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// A parameter an op takes; the config's axes are checked against these.
+struct Axis {
+  enum class Kind { integer, number, string };
+  std::string name;
+  Kind kind = Kind::integer;
+  std::optional<Value> default_value;  // none: the config must give it
+  std::string help;
+};
+
+// One case's inputs and outputs on the device, made by the op from seeded random values.
+class Problem {
+ public:
+  virtual ~Problem() = default;
+  // What every implementation writes: poisoned (NaN) before each run, then checked.
+  virtual std::vector<Tensor> outputs() const = 0;
+  // The reference in double on the CPU, one vector per output (small cases).
+  virtual std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const = 0;
+  // A trusted fp32 GPU path for cases too large for the CPU: writes one fp32 tensor per output.
+  virtual void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const = 0;
+};
+
+// An implementation bound to one Problem: plans built, workspace allocated, ready to launch.
+class Instance {
+ public:
+  virtual ~Instance() = default;
+  // Enqueues the work on `stream`; never synchronizes.
+  virtual void launch(cudaStream_t stream) = 0;
+  // Device memory it needs beyond the problem's own tensors.
+  virtual size_t workspace_bytes() const { return 0; }
+};
+
+// An Instance made of a launch lambda, for implementations that hold no state of their own.
+class LambdaInstance : public Instance {
+ public:
+  explicit LambdaInstance(std::function<void(cudaStream_t)> fn, size_t workspace = 0)
+      : fn_(std::move(fn)), workspace_(workspace) {}
+  void launch(cudaStream_t stream) override { fn_(stream); }
+  size_t workspace_bytes() const override { return workspace_; }
+
+ private:
+  std::function<void(cudaStream_t)> fn_;
+  size_t workspace_;
+};
+
+enum class Role { baseline, ours };
+
+struct Impl {
+  std::string name;
+  Role role = Role::ours;
+  std::string note;  // one line: what it adds over the previous rung of the ladder
+  // Why it cannot run this case, or "" if it can. Host-only and cheap: `topt plan` calls it.
+  std::function<std::string(const Case&)> unsupported;
+  // Builds the instance. May throw Unsupported (e.g. a library finds no engine) or OutOfMemory.
+  std::function<std::unique_ptr<Instance>(const Problem&, const Case&, cudaStream_t)> prepare;
+};
+
+// Relative-error tolerance ‖out−ref‖/‖ref‖ for each dtype.
+struct Tolerances {
+  std::map<DType, double> by_dtype;
+  double at(DType t) const;
+};
+// The project's one table; an op with a longer reduction chain may pass its own.
+Tolerances default_tolerances();
+
+struct OpDef {
+  std::string name;
+  std::string summary;
+  std::string reference_note;  // what the reference computes, for `topt list`
+  std::vector<Axis> axes;
+  std::vector<DType> dtypes;
+  std::string baseline;  // the impl that speedups are measured against, in the same run
+  std::function<Cost(const Case&)> cost;
+  // Why a case is not a valid instance of the op (e.g. a zero width), or "".
+  std::function<std::string(const Case&)> invalid;
+  // Allocates the case's tensors and fills the inputs with values seeded by `seed`.
+  std::function<std::unique_ptr<Problem>(const Case&, uint64_t seed, cudaStream_t)> make_problem;
+  std::vector<Impl> impls;
+  Tolerances tolerances = default_tolerances();
+
+  const Impl* find_impl(const std::string& impl_name) const;
+};
+
+}  // namespace topt

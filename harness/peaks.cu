@@ -1,0 +1,118 @@
+#include <cuda_bf16.h>
+#include <fmt/format.h>
+
+#include "harness/cuda_check.h"
+#include "harness/peaks.h"
+
+namespace topt {
+
+namespace {
+
+double measure_copy_GBps(Timer& timer, cudaStream_t stream, uint64_t seed) {
+  // 1 GiB each way: far beyond any L2, long enough that launch cost vanishes.
+  constexpr size_t kBytes = size_t(1) << 30;
+  OwnedTensor src(DType::f32, {int64_t(kBytes / 4)}, "copy-peak source");
+  DeviceBuffer dst(kBytes, "copy-peak destination");
+  fill_uniform(*src, seed, -1, 1, stream);
+  MeasureSettings m;
+  m.cold = false;
+  m.min_samples = 10;
+  m.min_time_s = 0.02;
+  Measurement r = timer.measure(
+      [&](cudaStream_t s) { CUDA_CHECK(cudaMemcpyAsync(dst.get(), src->data, kBytes, cudaMemcpyDeviceToDevice, s)); },
+      m);
+  return 2.0 * kBytes / (r.stats.median * 1e-6) / 1e9;
+}
+
+double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
+  constexpr int64_t n = 8192;
+  OwnedTensor a(DType::bf16, {n, n}, "gemm-peak A"), b(DType::bf16, {n, n}, "gemm-peak B"),
+      c(DType::bf16, {n, n}, "gemm-peak C");
+  // Random data: zeros run measurably faster on tensor cores.
+  fill_uniform(*a, seed + 1, -1, 1, stream);
+  fill_uniform(*b, seed + 2, -1, 1, stream);
+  constexpr size_t kWorkspace = size_t(32) << 20;
+  DeviceBuffer workspace(kWorkspace, "cuBLASLt workspace");
+
+  cublasLtHandle_t lt = nullptr;
+  CUBLAS_CHECK(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  auto cleanup = [&] {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (op) cublasLtMatmulDescDestroy(op);
+    cublasLtDestroy(lt);
+  };
+  try {
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspace;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+    if (!found) throw Unsupported("cuBLASLt found no bf16 GEMM algorithm");
+    float alpha = 1, beta = 0;
+    MeasureSettings m;
+    m.min_samples = 10;
+    m.min_time_s = 0.02;
+    Measurement r = timer.measure(
+        [&](cudaStream_t s) {
+          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a->data, la, b->data, lb, &beta, c->data, lc, c->data, lc,
+                                      &heur.algo, workspace.get(), kWorkspace, s));
+        },
+        m);
+    cleanup();
+    return 2.0 * n * n * n / (r.stats.median * 1e-6) / 1e12;
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+}  // namespace
+
+MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed) {
+  MeasuredPeaks p;
+  // A peak that cannot be measured leaves its percentages empty; it does not stop the run.
+  try {
+    p.dram_copy_GBps = measure_copy_GBps(timer, stream, seed);
+  } catch (const std::exception& e) {
+    p.notes += std::string("copy peak not measured: ") + e.what() + "; ";
+  }
+  try {
+    p.bf16_gemm_TFLOPs = measure_gemm_TFLOPs(timer, stream, seed);
+  } catch (const std::exception& e) {
+    p.notes += std::string("GEMM peak not measured: ") + e.what() + "; ";
+  }
+  return p;
+}
+
+nlohmann::ordered_json peaks_json(const MeasuredPeaks& p) {
+  nlohmann::ordered_json j;
+  j["dram_copy_GBps"] = p.dram_copy_GBps ? nlohmann::ordered_json(*p.dram_copy_GBps) : nullptr;
+  j["bf16_gemm_TFLOPs"] = p.bf16_gemm_TFLOPs ? nlohmann::ordered_json(*p.bf16_gemm_TFLOPs) : nullptr;
+  j["method"] = "median of >=10 hot runs: cudaMemcpyAsync D2D of 1 GiB (read+write bytes); cuBLASLt bf16 "
+                "8192^3, fp32 accumulate, random inputs";
+  if (!p.notes.empty()) j["notes"] = p.notes;
+  return j;
+}
+
+std::optional<double> pct_of_peak(const MeasuredPeaks& p, std::optional<double> gbps, std::optional<double> tflops) {
+  std::optional<double> best;
+  if (gbps && p.dram_copy_GBps) best = 100 * *gbps / *p.dram_copy_GBps;
+  if (tflops && p.bf16_gemm_TFLOPs) {
+    double v = 100 * *tflops / *p.bf16_gemm_TFLOPs;
+    if (!best || v > *best) best = v;
+  }
+  return best;
+}
+
+}  // namespace topt

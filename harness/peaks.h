@@ -1,0 +1,25 @@
+// The GPU's own ceilings, measured at the start of each run: every result is a percentage of these.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/timing.h"
+
+namespace topt {
+
+struct MeasuredPeaks {
+  std::optional<double> dram_copy_GBps;    // device-to-device copy, bytes read + written
+  std::optional<double> bf16_gemm_TFLOPs;  // cuBLASLt bf16 GEMM 8192³, fp32 accumulate
+  std::string notes;                       // why a peak is missing, if one is
+};
+
+MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed);
+nlohmann::ordered_json peaks_json(const MeasuredPeaks& p);
+
+// Percent of the roofline: the larger of achieved/peak bandwidth and achieved/peak FLOP rate,
+// i.e. how close the row is to the ceiling that binds it.
+std::optional<double> pct_of_peak(const MeasuredPeaks& p, std::optional<double> gbps, std::optional<double> tflops);
+
+}  // namespace topt

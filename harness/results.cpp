@@ -1,0 +1,268 @@
+#include "harness/results.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace topt {
+
+namespace {
+
+const char* kStatusNames[] = {"ok", "check_failed", "unsupported", "skipped", "error"};
+
+Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+std::optional<double> opt_from(const Json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number()) throw std::runtime_error(fmt::format("field '{}' must be a number or null", key));
+  return j[key].get<double>();
+}
+
+template <class T>
+T required(const Json& j, const char* key) {
+  if (!j.contains(key)) throw std::runtime_error(fmt::format("missing field '{}'", key));
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::runtime_error(fmt::format("field '{}' has the wrong type ({})", key, j[key].type_name()));
+  }
+}
+
+Json stats_to_json(const SampleStats& s) {
+  return Json{{"median", s.median}, {"min", s.min},       {"max", s.max},
+              {"mean", s.mean},     {"stdrel", s.stdrel}, {"samples", s.samples}};
+}
+
+SampleStats stats_from_json(const Json& j) {
+  SampleStats s;
+  s.median = required<double>(j, "median");
+  s.min = required<double>(j, "min");
+  s.max = required<double>(j, "max");
+  s.mean = j.value("mean", s.median);
+  s.stdrel = required<double>(j, "stdrel");
+  s.samples = required<int>(j, "samples");
+  return s;
+}
+
+std::string fmt_opt(const std::optional<double>& v, const char* spec) {
+  return v ? fmt::format(fmt::runtime(spec), *v) : std::string("");
+}
+
+}  // namespace
+
+const char* status_name(Status s) { return kStatusNames[int(s)]; }
+
+std::optional<Status> parse_status(const std::string& s) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kStatusNames[i]) return Status(i);
+  return std::nullopt;
+}
+
+std::string ResultRow::key() const {
+  std::string p = params.str();
+  return op + "/" + impl + "/" + p + (p.empty() ? "" : ",") + "dtype=" + dtype;
+}
+
+Json row_to_json(const ResultRow& r) {
+  Json j;
+  j["op"] = r.op;
+  j["impl"] = r.impl;
+  j["is_baseline"] = r.is_baseline;
+  j["params"] = r.params.to_json();
+  j["dtype"] = r.dtype;
+  j["status"] = status_name(r.status);
+  j["reason"] = r.reason;
+  j["time_us"] = r.time_us ? stats_to_json(*r.time_us) : Json(nullptr);
+  j["tflops"] = opt(r.tflops);
+  j["gbps"] = opt(r.gbps);
+  j["pct_of_peak"] = opt(r.pct_of_peak);
+  j["speedup_vs_baseline"] = opt(r.speedup_vs_baseline);
+  j["rel_error"] = opt(r.rel_error);
+  j["flops"] = r.flops;
+  j["bytes"] = r.bytes;
+  j["sm_clock_mhz"] = opt(r.sm_clock_mhz);
+  j["throttled"] = r.throttled;
+  j["noisy"] = r.noisy;
+  j["timer"] = r.timer;
+  j["metrics"] = r.metrics;
+  j["command"] = r.command;
+  return j;
+}
+
+ResultRow row_from_json(const Json& j) {
+  if (!j.is_object()) throw std::runtime_error("a result row must be an object");
+  ResultRow r;
+  r.op = required<std::string>(j, "op");
+  r.impl = required<std::string>(j, "impl");
+  r.is_baseline = j.value("is_baseline", false);
+  if (!j.contains("params") || !j["params"].is_object())
+    throw std::runtime_error("field 'params' must be an object");
+  r.params = Params::from_json(j["params"]);
+  r.dtype = required<std::string>(j, "dtype");
+  auto st = parse_status(required<std::string>(j, "status"));
+  if (!st) throw std::runtime_error("field 'status' is not one of ok, check_failed, unsupported, skipped, error");
+  r.status = *st;
+  r.reason = j.value("reason", "");
+  if (j.contains("time_us") && !j["time_us"].is_null()) {
+    try {
+      r.time_us = stats_from_json(j["time_us"]);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string("in 'time_us': ") + e.what());
+    }
+  }
+  r.tflops = opt_from(j, "tflops");
+  r.gbps = opt_from(j, "gbps");
+  r.pct_of_peak = opt_from(j, "pct_of_peak");
+  r.speedup_vs_baseline = opt_from(j, "speedup_vs_baseline");
+  r.rel_error = opt_from(j, "rel_error");
+  r.flops = j.value("flops", 0.0);
+  r.bytes = j.value("bytes", 0.0);
+  r.sm_clock_mhz = opt_from(j, "sm_clock_mhz");
+  r.throttled = j.value("throttled", false);
+  r.noisy = j.value("noisy", false);
+  r.timer = j.value("timer", "");
+  if (j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
+  r.command = j.value("command", "");
+  return r;
+}
+
+void write_results_json(const std::string& path, const ResultsFile& f) {
+  Json j;
+  j["schema"] = kResultsSchema;
+  j["context"] = f.context;
+  Json rows = Json::array();
+  for (auto& r : f.rows) rows.push_back(row_to_json(r));
+  j["results"] = std::move(rows);
+  // Written beside and renamed, so a reader never sees half a file.
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+    out << j.dump(2) << '\n';
+    if (!out) throw std::runtime_error("error writing " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
+ResultsFile read_results_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  Json j;
+  try {
+    j = Json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("schema"))
+    throw std::runtime_error(path + ": not a topt results file (no 'schema' key; expected \"" +
+                             kResultsSchema + "\")");
+  if (j["schema"] != kResultsSchema)
+    throw std::runtime_error(path + ": schema " + j["schema"].dump() + " is not \"" + kResultsSchema + "\"");
+  if (!j.contains("results") || !j["results"].is_array())
+    throw std::runtime_error(path + ": 'results' must be an array");
+  ResultsFile f;
+  f.context = j.value("context", Json::object());
+  size_t i = 0;
+  for (auto& row : j["results"]) {
+    try {
+      f.rows.push_back(row_from_json(row));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}: results[{}]: {}", path, i, e.what()));
+    }
+    ++i;
+  }
+  return f;
+}
+
+void append_jsonl(const std::string& path, const ResultRow& r) {
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw std::runtime_error("cannot append to " + path);
+  out << row_to_json(r).dump() << '\n';
+  out.flush();  // on disk before the next case runs: a crash loses nothing already measured
+  if (!out) throw std::runtime_error("error writing " + path);
+}
+
+std::vector<ResultRow> read_jsonl(const std::string& path) {
+  std::vector<ResultRow> rows;
+  std::ifstream in(path);
+  if (!in) return rows;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    Json j;
+    try {
+      j = Json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      if (in.peek() == EOF) break;  // a torn last line from a crash: that row is re-run
+      throw std::runtime_error(fmt::format("{}:{}: not valid JSON", path, n));
+    }
+    try {
+      rows.push_back(row_from_json(j));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}:{}: {}", path, n, e.what()));
+    }
+  }
+  return rows;
+}
+
+void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  auto quote = [](const std::string& s) {
+    std::string q = "\"";
+    for (char c : s) q += (c == '"') ? std::string("\"\"") : std::string(1, c);
+    return q + '"';
+  };
+  out << "op,impl,is_baseline,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
+         "tflops,gbps,pct_of_peak,speedup_vs_baseline,rel_error,sm_clock_mhz,throttled,noisy\n";
+  for (auto& r : rows) {
+    out << r.op << ',' << r.impl << ',' << (r.is_baseline ? 1 : 0) << ',' << quote(r.params.str()) << ','
+        << r.dtype << ',' << status_name(r.status) << ',' << quote(r.reason) << ',';
+    if (r.time_us)
+      out << fmt::format("{:.4f},{:.4f},{:.4f},{:.5f},{}", r.time_us->median, r.time_us->min,
+                         r.time_us->max, r.time_us->stdrel, r.time_us->samples);
+    else
+      out << ",,,,";
+    out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
+        << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
+        << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
+        << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0) << '\n';
+  }
+}
+
+std::string results_markdown(const ResultsFile& f) {
+  std::ostringstream md;
+  const Json& ctx = f.context;
+  if (ctx.contains("gpu"))
+    md << "GPU: " << ctx["gpu"].value("name", "?") << " · peaks measured in this run: "
+       << (ctx.contains("measured_peaks") ? ctx["measured_peaks"].dump() : "n/a") << "\n\n";
+  std::vector<std::string> ops;
+  for (auto& r : f.rows)
+    if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
+  for (auto& op : ops) {
+    md << "### " << op << "\n\n"
+       << "| params | impl | status | median µs | ±% | TFLOP/s | GB/s | % peak | speedup | rel err |\n"
+       << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (auto& r : f.rows) {
+      if (r.op != op) continue;
+      std::string p = r.params.str() + ",dtype=" + r.dtype;
+      std::string impl = r.is_baseline ? r.impl + " (baseline)" : r.impl;
+      std::string status = r.status == Status::ok ? "ok" : std::string(status_name(r.status)) + ": " + r.reason;
+      md << "| " << p << " | " << impl << " | " << status << " | "
+         << (r.time_us ? fmt::format("{:.2f}", r.time_us->median) : "") << " | "
+         << (r.time_us ? fmt::format("{:.1f}", 100 * r.time_us->stdrel) : "") << " | "
+         << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
+         << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x") << " | "
+         << fmt_opt(r.rel_error, "{:.1e}") << " |\n";
+    }
+    md << '\n';
+  }
+  return md.str();
+}
+
+}  // namespace topt

@@ -1,0 +1,65 @@
+// The results contract (schema "topt.results/1") that reports, `topt compare` and CI read.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/params.h"
+#include "harness/stats.h"
+
+namespace topt {
+
+using Json = nlohmann::ordered_json;
+
+inline constexpr const char* kResultsSchema = "topt.results/1";
+
+enum class Status { ok, check_failed, unsupported, skipped, error };
+const char* status_name(Status s);
+std::optional<Status> parse_status(const std::string& s);
+// check_failed and error fail a run; unsupported and skipped are recorded and do not.
+inline bool is_failure(Status s) { return s == Status::check_failed || s == Status::error; }
+
+struct ResultRow {
+  std::string op, impl;
+  bool is_baseline = false;
+  Params params;
+  std::string dtype;
+  Status status = Status::ok;
+  std::string reason;
+  std::optional<SampleStats> time_us;
+  std::optional<double> tflops, gbps, pct_of_peak, speedup_vs_baseline, rel_error;
+  double flops = 0, bytes = 0;           // the op's model for this case
+  std::optional<double> sm_clock_mhz;    // median SM clock sampled while timing (NVML)
+  bool throttled = false;                // some clock samples fell below the throttle threshold
+  bool noisy = false;                    // the noise target was not reached before the time cap
+  std::string timer;                     // which timer produced time_us
+  Json metrics = Json::object();         // hardware counters, when collected
+  std::string command;                   // reproduces this row
+
+  // "op/impl/params,dtype=..": the identity of a row across runs.
+  std::string key() const;
+};
+
+Json row_to_json(const ResultRow& r);
+ResultRow row_from_json(const Json& j);  // throws std::runtime_error naming the bad field
+
+struct ResultsFile {
+  Json context = Json::object();
+  std::vector<ResultRow> rows;
+};
+
+// results.json: {schema, context, results}. Reading checks the schema and says what is wrong.
+void write_results_json(const std::string& path, const ResultsFile& f);
+ResultsFile read_results_json(const std::string& path);
+
+// results.jsonl: one row per line, appended and flushed as each row is measured.
+void append_jsonl(const std::string& path, const ResultRow& r);
+std::vector<ResultRow> read_jsonl(const std::string& path);  // skips a torn last line
+
+void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows);
+// One table per op: shape × implementation.
+std::string results_markdown(const ResultsFile& f);
+
+}  // namespace topt

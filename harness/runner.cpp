@@ -1,0 +1,238 @@
+#include "harness/runner.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "harness/check.h"
+#include "harness/context.h"
+#include "harness/cuda_check.h"
+#include "harness/gbench_driver.h"
+#include "harness/nvtx.h"
+#include "harness/peaks.h"
+#include "harness/progress.h"
+#include "harness/registry.h"
+#include "harness/results.h"
+#include "harness/text.h"
+
+namespace topt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class SweepRunner {
+ public:
+  SweepRunner(const Config& cfg, const RunOptions& opt, const DeviceInfo& device)
+      : cfg_(cfg), opt_(opt), device_(device) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    timer_ = std::make_unique<Timer>(device_, stream_);
+  }
+  ~SweepRunner() {
+    timer_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  int run(const std::vector<PlannedCase>& plan) {
+    fs::create_directories(opt_.out_dir);
+    jsonl_ = (fs::path(opt_.out_dir) / "results.jsonl").string();
+    std::set<std::string> done;
+    if (opt_.resume) {
+      for (auto& r : read_jsonl(jsonl_)) {
+        done.insert(r.key());
+        rows_.push_back(r);
+      }
+    } else if (fs::exists(jsonl_)) {
+      fs::remove(jsonl_);
+    }
+
+    peaks_ = measure_peaks(*timer_, stream_, cfg_.seed);
+    ResultsFile partial{run_context(device_, cfg_, peaks_, opt_.command_line), {}};
+    write_results_json((fs::path(opt_.out_dir) / "results.json").string(), partial);
+
+    Progress progress(int(plan.size()));
+    bool context_lost = false;
+    for (size_t i = 0; i < plan.size() && !context_lost; ++i) {
+      const PlannedCase& pc = plan[i];
+      progress.start_case(int(i), pc.c.op + " " + pc.c.label());
+      context_lost = run_case(pc, done, progress);
+    }
+    progress.done();
+
+    ResultsFile f{std::move(partial.context), rows_};
+    write_results_json((fs::path(opt_.out_dir) / "results.json").string(), f);
+    write_results_csv((fs::path(opt_.out_dir) / "results.csv").string(), rows_);
+    std::ofstream((fs::path(opt_.out_dir) / "results.md").string()) << results_markdown(f);
+
+    int failed = 0, ok = 0, other = 0;
+    for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
+    fmt::print("topt run: {} rows: {} ok, {} failed, {} unsupported or skipped; results in {}\n", rows_.size(), ok,
+               failed, other, opt_.out_dir);
+    if (context_lost)
+      fmt::print(stderr,
+                 "topt run: the CUDA context was lost; the sweep stopped. Rows measured so far are saved. "
+                 "Rerun with --resume --out {} to continue after the failing case.\n",
+                 opt_.out_dir);
+    return failed || context_lost ? 1 : 0;
+  }
+
+ private:
+  ResultRow base_row(const PlannedCase& pc, const PlannedImpl& pi) const {
+    ResultRow r;
+    r.op = pc.c.op;
+    r.impl = pi.impl->name;
+    r.is_baseline = pi.is_baseline;
+    r.params = pc.c.params;
+    r.dtype = dtype_name(pc.c.dtype);
+    r.flops = pc.cost.flops;
+    r.bytes = pc.cost.bytes;
+    r.command = fmt::format("topt run {} --filter {}", shell_quote(cfg_.path),
+                            shell_quote("^" + regex_escape(pc.c.name(pi.impl->name)) + "$"));
+    return r;
+  }
+
+  void record(ResultRow r, Progress& progress) {
+    if (is_failure(r.status)) progress.note(fmt::format("FAIL {}: {}: {}", r.key(), status_name(r.status), r.reason));
+    append_jsonl(jsonl_, r);
+    rows_.push_back(std::move(r));
+  }
+
+  // Returns true when the CUDA context is lost and the sweep must stop.
+  bool run_case(const PlannedCase& pc, const std::set<std::string>& done, Progress& progress) {
+    std::vector<const PlannedImpl*> todo;
+    for (auto& pi : pc.impls)
+      if (!done.count(base_row(pc, pi).key())) todo.push_back(&pi);
+    if (todo.empty()) return false;
+
+    auto fail_all = [&](Status st, const std::string& why) {
+      for (auto* pi : todo) {
+        ResultRow r = base_row(pc, *pi);
+        r.status = st;
+        r.reason = why;
+        record(std::move(r), progress);
+      }
+    };
+
+    uint64_t seed = mix_seed(cfg_.seed, pc.c.name(""), 0);
+    std::unique_ptr<Problem> problem;
+    Reference ref;
+    try {
+      problem = pc.op->make_problem(pc.c, seed, stream_);
+      ref = compute_reference(*problem, cfg_.check.cpu_reference_max_elements, stream_);
+    } catch (const OutOfMemory& e) {
+      fail_all(Status::skipped, std::string("inputs or reference: ") + e.what());
+      return false;
+    } catch (const CudaError& e) {
+      fail_all(Status::error, std::string("preparing the case: ") + e.what());
+      return e.sticky;
+    } catch (const std::exception& e) {
+      fail_all(Status::error, std::string("preparing the case: ") + e.what());
+      return false;
+    }
+
+    std::optional<double> baseline_us;
+    for (auto& existing : rows_)
+      if (existing.is_baseline && existing.op == pc.c.op && existing.params == pc.c.params &&
+          existing.dtype == dtype_name(pc.c.dtype) && existing.time_us)
+        baseline_us = existing.time_us->median;
+
+    for (auto* pi : todo) {
+      ResultRow r = base_row(pc, *pi);
+      bool lost = false;
+      if (!pi->skip_reason.empty()) {
+        r.status = Status::unsupported;
+        r.reason = pi->skip_reason;
+      } else {
+        lost = run_impl(pc, *pi, *problem, ref, r);
+      }
+      if (r.time_us) {
+        if (r.is_baseline) baseline_us = r.time_us->median;
+        if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
+      }
+      record(std::move(r), progress);
+      if (lost) return true;
+    }
+    return false;
+  }
+
+  // Check, then time. Returns true when the CUDA context is lost.
+  bool run_impl(const PlannedCase& pc, const PlannedImpl& pi, const Problem& problem, const Reference& ref,
+                ResultRow& r) {
+    NvtxRange range(pc.c.name(pi.impl->name));
+    const MeasureSettings& m = pc.sweep->measure;
+    try {
+      std::unique_ptr<Instance> inst = pi.impl->prepare(problem, pc.c, stream_);
+      for (auto& out : problem.outputs()) poison_nan(out, stream_);
+      inst->launch(stream_);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CheckResult check = check_outputs(problem, ref, stream_);
+      double tol = pc.op->tolerances.at(pc.c.dtype);
+      r.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
+      if (!check.passes(tol)) {
+        r.status = Status::check_failed;
+        r.reason = check.describe(tol);
+        return false;
+      }
+      auto reps = run_benchmark(pc.c.name(pi.impl->name), m.repetitions,
+                                [&] { return timer_->measure([&](cudaStream_t s) { inst->launch(s); }, m); });
+      Measurement meas = pool(reps);
+      r.time_us = meas.stats;
+      r.sm_clock_mhz = meas.sm_clock_mhz;
+      r.throttled = meas.throttled;
+      r.noisy = meas.noisy;
+      r.timer = meas.timer;
+      double seconds = meas.stats.median * 1e-6;
+      if (r.flops > 0) r.tflops = r.flops / seconds / 1e12;
+      if (r.bytes > 0) r.gbps = r.bytes / seconds / 1e9;
+      r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
+      r.status = Status::ok;
+      if (size_t ws = inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
+    } catch (const Unsupported& e) {
+      r.status = Status::unsupported;
+      r.reason = e.what();
+    } catch (const OutOfMemory& e) {
+      r.status = Status::skipped;
+      r.reason = e.what();
+    } catch (const CudaError& e) {
+      r.status = Status::error;
+      r.reason = e.what();
+      return e.sticky;
+    } catch (const std::exception& e) {
+      r.status = Status::error;
+      r.reason = e.what();
+    }
+    return false;
+  }
+
+  const Config& cfg_;
+  const RunOptions& opt_;
+  const DeviceInfo& device_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Timer> timer_;
+  MeasuredPeaks peaks_;
+  std::string jsonl_;
+  std::vector<ResultRow> rows_;
+};
+
+}  // namespace
+
+int run_sweep(const Config& cfg, const Registry& registry, const RunOptions& opt) {
+  std::vector<PlannedCase> plan = expand_sweep(cfg, registry, opt.filter);
+  std::string why;
+  auto device = probe_device(why);
+  if (!device) {
+    fmt::print(stderr, "topt run: {}. `topt plan {}` shows the sweep without a GPU.\n", why, cfg.path);
+    return 3;
+  }
+  if (plan.empty()) {
+    fmt::print(stderr, "topt run: no case matches the filter; nothing to run\n");
+    return 2;
+  }
+  SweepRunner runner(cfg, opt, *device);
+  return runner.run(plan);
+}
+
+}  // namespace topt

@@ -1,0 +1,24 @@
+// `topt run`: checks every implementation on every case, then times it, writing each row to disk
+// as it finishes.
+#pragma once
+#include <string>
+
+#include "harness/config.h"
+#include "harness/sweep.h"
+
+namespace topt {
+
+class Registry;
+
+struct RunOptions {
+  std::string out_dir;
+  SweepFilter filter;
+  bool resume = false;        // skip the rows already in out_dir/results.jsonl
+  std::string command_line;   // recorded in the context
+};
+
+// Returns the process exit code: 0 all rows ok (or unsupported/skipped), 1 a check or case failed,
+// 3 no CUDA device. Throws ConfigError for an invalid config (exit code 2).
+int run_sweep(const Config& cfg, const Registry& registry, const RunOptions& opt);
+
+}  // namespace topt

@@ -1,0 +1,171 @@
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+
+#include "harness/cuda_check.h"
+#include "harness/timing.h"
+
+namespace topt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Holds the stream until the host has queued the timed work, so the events measure the GPU alone.
+// Gives up after a timeout so that an implementation that synchronizes inside launch() cannot hang us.
+__global__ void block_stream_kernel(const volatile int* flag, int* timed_out, unsigned long long timeout_ns) {
+  unsigned long long t0 = global_timer_ns();
+  while (*flag == 0) {
+    if (global_timer_ns() - t0 > timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(500);
+  }
+}
+
+constexpr unsigned long long kBlockTimeoutNs = 5'000'000'000ull;
+
+}  // namespace
+
+Timer::Timer(const DeviceInfo& device, cudaStream_t stream)
+    : stream_(stream),
+      l2_scratch_(2 * std::max<size_t>(device.l2_bytes, 1 << 20), "L2 flush buffer"),
+      timed_out_(sizeof(int), "timer flag"),
+      clock_(device.id),
+      max_sm_clock_mhz_(device.max_sm_clock_mhz) {
+  CUDA_CHECK(cudaEventCreate(&start_));
+  CUDA_CHECK(cudaEventCreate(&stop_));
+  CUDA_CHECK(cudaHostAlloc(&flag_host_, sizeof(int), cudaHostAllocMapped));
+  CUDA_CHECK(cudaHostGetDevicePointer(&flag_device_, flag_host_, 0));
+  CUDA_CHECK(cudaMemset(timed_out_.get(), 0, sizeof(int)));
+}
+
+Timer::~Timer() {
+  cudaEventDestroy(start_);
+  cudaEventDestroy(stop_);
+  cudaFreeHost(flag_host_);
+}
+
+void Timer::flush_l2() { CUDA_CHECK(cudaMemsetAsync(l2_scratch_.get(), 0, l2_scratch_.bytes(), stream_)); }
+
+double Timer::sample_once(const std::function<void()>& run, const MeasureSettings& m) {
+  if (m.cold) flush_l2();
+  if (m.hide_launch) {
+    *reinterpret_cast<volatile int*>(flag_host_) = 0;
+    block_stream_kernel<<<1, 1, 0, stream_>>>(flag_device_, timed_out_.as<int>(), kBlockTimeoutNs);
+    CUDA_CHECK_LAUNCH();
+  }
+  CUDA_CHECK(cudaEventRecord(start_, stream_));
+  run();
+  CUDA_CHECK(cudaEventRecord(stop_, stream_));
+  if (m.hide_launch) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *reinterpret_cast<volatile int*>(flag_host_) = 1;
+  }
+  CUDA_CHECK(cudaEventSynchronize(stop_));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+  return double(ms) * 1e3;
+}
+
+Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m) {
+  Measurement out;
+  out.timer = std::string("cuda_event") + (m.cuda_graph ? "+graph" : "") + (m.cold ? ",cold" : ",hot") +
+              (m.hide_launch ? "" : ",launch_included");
+
+  cudaGraphExec_t graph_exec = nullptr;
+  if (m.cuda_graph) {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      launch(stream_);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      throw Unsupported(std::string("cannot be captured in a CUDA graph: ") + cudaGetErrorString(err));
+    }
+    CUDA_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  auto run = [&] {
+    if (graph_exec) CUDA_CHECK(cudaGraphLaunch(graph_exec, stream_));
+    else launch(stream_);
+  };
+
+  try {
+    // Warm-up: until the median of the last three runs is within 2% of the three before, or the cap.
+    auto t_warm = Clock::now();
+    std::vector<double> warm;
+    while (true) {
+      warm.push_back(sample_once(run, m));
+      size_t n = warm.size();
+      if (int(n) >= std::max(m.warmup_min_runs, 6)) {
+        double last = median_of({warm.end() - 3, warm.end()});
+        double prev = median_of({warm.end() - 6, warm.end() - 3});
+        if (std::abs(last - prev) <= 0.02 * prev) break;
+      }
+      if (int(n) >= m.warmup_min_runs && seconds_since(t_warm) > m.warmup_max_s) break;
+    }
+    out.warmup_runs = int(warm.size());
+
+    // Sampling with Welford's running variance for the noise-based stopping rule.
+    auto t0 = Clock::now();
+    auto last_clock_read = t0 - std::chrono::seconds(1);
+    std::vector<double> clocks;
+    double mean = 0, m2 = 0, gpu_time_s = 0;
+    while (true) {
+      double us = sample_once(run, m);
+      out.samples_us.push_back(us);
+      gpu_time_s += us * 1e-6;
+      size_t n = out.samples_us.size();
+      double delta = us - mean;
+      mean += delta / n;
+      m2 += delta * (us - mean);
+      if (Clock::now() - last_clock_read > std::chrono::milliseconds(5)) {
+        if (auto mhz = clock_.sm_clock_mhz()) clocks.push_back(*mhz);
+        last_clock_read = Clock::now();
+      }
+      double stdrel = n > 1 && mean > 0 ? std::sqrt(m2 / (n - 1)) / mean : INFINITY;
+      bool enough = int(n) >= m.min_samples && gpu_time_s >= m.min_time_s;
+      if (enough && stdrel * 100 <= m.max_noise_pct) break;
+      if (int(n) >= m.max_samples || (int(n) >= m.min_samples && seconds_since(t0) > m.timeout_s)) {
+        out.noisy = stdrel * 100 > m.max_noise_pct;
+        break;
+      }
+    }
+    int timed_out = 0;
+    CUDA_CHECK(cudaMemcpy(&timed_out, timed_out_.get(), sizeof(int), cudaMemcpyDeviceToHost));
+    if (timed_out) {
+      CUDA_CHECK(cudaMemset(timed_out_.get(), 0, sizeof(int)));
+      throw std::runtime_error("the implementation blocked the timer (does launch() synchronize the stream?)");
+    }
+    if (!clocks.empty()) {
+      out.sm_clock_mhz = median_of(clocks);
+      if (max_sm_clock_mhz_ > 0)
+        for (double c : clocks) out.throttled |= c < kThrottleFraction * max_sm_clock_mhz_;
+    }
+  } catch (...) {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    throw;
+  }
+  if (graph_exec) CUDA_CHECK(cudaGraphExecDestroy(graph_exec));
+  out.stats = summarize(out.samples_us);
+  return out;
+}
+
+}  // namespace topt

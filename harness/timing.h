@@ -1,0 +1,59 @@
+// nvbench's method on CUDA events: L2 flushed before each launch (cold), the launch queued behind a
+// blocking kernel so host launch cost stays out of the numbers, warm-up until the median settles,
+// then samples until the relative noise is under a threshold or a time cap is reached. The SM clock
+// is sampled through NVML while timing, and throttled samples are flagged.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/config.h"
+#include "harness/device.h"
+#include "harness/stats.h"
+#include "harness/tensor.h"
+
+namespace topt {
+
+struct Measurement {
+  std::vector<double> samples_us;
+  SampleStats stats;
+  std::optional<double> sm_clock_mhz;  // median of the samples taken while timing
+  bool throttled = false;              // a clock sample fell under kThrottleFraction of the max clock
+  bool noisy = false;                  // the noise target was not met before the cap
+  int warmup_runs = 0;
+  std::string timer;                   // how it was timed, recorded with the row
+};
+
+class Timer {
+ public:
+  // nvbench's default: a clock under 75% of the maximum SM clock counts as throttled.
+  static constexpr double kThrottleFraction = 0.75;
+
+  Timer(const DeviceInfo& device, cudaStream_t stream);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // `launch` enqueues one run of the implementation on the stream it is given, and never syncs.
+  Measurement measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m);
+
+  // Flushes the L2 by overwriting a buffer twice its size.
+  void flush_l2();
+
+ private:
+  double sample_once(const std::function<void()>& run, const MeasureSettings& m);
+
+  cudaStream_t stream_;
+  DeviceBuffer l2_scratch_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  int* flag_host_ = nullptr;   // pinned, mapped: the host releases the blocking kernel through it
+  int* flag_device_ = nullptr;
+  DeviceBuffer timed_out_;
+  ClockSampler clock_;
+  int max_sm_clock_mhz_;
+};
+
+}  // namespace topt

@@ -1,0 +1,57 @@
+// Shared fixture for GPU tests: skips cleanly where no CUDA device is present.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/check.h"
+#include "harness/cuda_check.h"
+#include "harness/device.h"
+#include "harness/registry.h"
+
+namespace topt::testing {
+
+inline Case make_case(const std::string& op_name, Params params, DType dtype) {
+  const OpDef* op = builtin_registry().find(op_name);
+  Case c{op_name, {}, dtype};
+  // Fill defaults in the op's axis order, as the sweep does.
+  for (auto& axis : op->axes) {
+    if (auto v = params.find(axis.name)) c.params.set(axis.name, *v);
+    else if (axis.default_value) c.params.set(axis.name, *axis.default_value);
+  }
+  return c;
+}
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!probe_device(why)) GTEST_SKIP() << why;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  void TearDown() override {
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  // Runs one implementation on a fresh seeded problem and checks it against the reference, exactly
+  // as `topt run` does: poisoned outputs, one launch, ‖out−ref‖/‖ref‖. Unsupported propagates.
+  CheckResult run_and_check(const Case& c, const std::string& impl_name, uint64_t seed = 1234,
+                            int64_t cpu_max_elements = int64_t(1) << 22) {
+    const OpDef* op = builtin_registry().find(c.op);
+    const Impl* impl = op->find_impl(impl_name);
+    auto problem = op->make_problem(c, seed, stream);
+    Reference ref = compute_reference(*problem, cpu_max_elements, stream);
+    auto inst = impl->prepare(*problem, c, stream);
+    for (auto& out : problem->outputs()) poison_nan(out, stream);
+    inst->launch(stream);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return check_outputs(*problem, ref, stream);
+  }
+
+  double tolerance(const Case& c) { return builtin_registry().find(c.op)->tolerances.at(c.dtype); }
+
+  cudaStream_t stream = nullptr;
+};
+
+}  // namespace topt::testing

@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "harness/results.h"
+
+namespace topt {
+namespace {
+
+namespace fs = std::filesystem;
+
+ResultRow sample_row(const std::string& impl, double median) {
+  ResultRow r;
+  r.op = "rmsnorm";
+  r.impl = impl;
+  r.is_baseline = impl == "cudnn";
+  r.params.set("model", std::string("llama2-7b"));
+  r.params.set("tokens", int64_t(16));
+  r.params.set("eps", 1e-5);
+  r.dtype = "bf16";
+  r.time_us = SampleStats{median, median * 0.9, median * 1.2, median, 0.01, 40};
+  r.gbps = 2500.5;
+  r.rel_error = 2.5e-3;
+  r.sm_clock_mhz = 1980;
+  r.timer = "cuda_event,cold";
+  r.command = "topt run x.yaml";
+  return r;
+}
+
+class ResultsIo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("topt_results_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+TEST_F(ResultsIo, JsonRoundTrip) {
+  ResultsFile f;
+  f.context["gpu"] = {{"name", "H100"}};
+  f.rows = {sample_row("cudnn", 10), sample_row("ours", 8)};
+  f.rows[1].status = Status::check_failed;
+  f.rows[1].reason = "rel_error 1e-1";
+  f.rows[1].time_us.reset();
+  std::string path = (dir / "results.json").string();
+  write_results_json(path, f);
+  ResultsFile g = read_results_json(path);
+  ASSERT_EQ(g.rows.size(), 2u);
+  EXPECT_EQ(g.context["gpu"]["name"], "H100");
+  EXPECT_EQ(g.rows[0].key(), "rmsnorm/cudnn/model=llama2-7b,tokens=16,eps=1e-05,dtype=bf16");
+  EXPECT_EQ(g.rows[0].key(), f.rows[0].key());
+  EXPECT_DOUBLE_EQ(g.rows[0].time_us->median, 10);
+  EXPECT_EQ(g.rows[0].time_us->samples, 40);
+  EXPECT_DOUBLE_EQ(*g.rows[0].gbps, 2500.5);
+  EXPECT_FALSE(g.rows[0].tflops.has_value());
+  EXPECT_TRUE(g.rows[0].is_baseline);
+  EXPECT_EQ(g.rows[1].status, Status::check_failed);
+  EXPECT_FALSE(g.rows[1].time_us.has_value());
+  EXPECT_EQ(g.rows[1].reason, "rel_error 1e-1");
+}
+
+TEST_F(ResultsIo, SchemaIsChecked) {
+  std::string path = (dir / "foreign.json").string();
+  std::ofstream(path) << R"({"schema": "other/2", "results": []})";
+  try {
+    read_results_json(path);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not \"topt.results/1\""), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << R"({"schema": "topt.results/1", "results": [{"op": "x"}]})";
+  try {
+    read_results_json(path);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("results[0]: missing field 'impl'"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << "{not json";
+  EXPECT_THROW(read_results_json(path), std::runtime_error);
+}
+
+TEST_F(ResultsIo, JsonlAppendsAndSurvivesATornLine) {
+  std::string path = (dir / "results.jsonl").string();
+  append_jsonl(path, sample_row("cudnn", 10));
+  append_jsonl(path, sample_row("ours", 8));
+  std::ofstream(path, std::ios::app) << R"({"op": "rmsnorm", "impl": "unf)";  // a crash mid-write
+  auto rows = read_jsonl(path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].impl, "ours");
+}
+
+TEST_F(ResultsIo, CsvAndMarkdown) {
+  ResultsFile f;
+  f.rows = {sample_row("cudnn", 10), sample_row("ours", 8)};
+  f.rows[1].speedup_vs_baseline = 1.25;
+  std::string csv = (dir / "r.csv").string();
+  write_results_csv(csv, f.rows);
+  std::ifstream in(csv);
+  std::string header, line1;
+  std::getline(in, header);
+  std::getline(in, line1);
+  EXPECT_EQ(header.rfind("op,impl,is_baseline,params,dtype,status", 0), 0u);
+  EXPECT_NE(line1.find("\"model=llama2-7b,tokens=16,eps=1e-05\""), std::string::npos) << line1;
+  std::string md = results_markdown(f);
+  EXPECT_NE(md.find("### rmsnorm"), std::string::npos);
+  EXPECT_NE(md.find("cudnn (baseline)"), std::string::npos);
+  EXPECT_NE(md.find("1.25x"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace topt

@@ -1,0 +1,106 @@
+#include <gtest/gtest.h>
+
+#include "harness/registry.h"
+#include "harness/sweep.h"
+
+namespace topt {
+namespace {
+
+std::vector<PlannedCase> plan_of(const std::string& yaml, const SweepFilter& filter = {}) {
+  return expand_sweep(parse_config(yaml, "s.yaml", builtin_registry()), builtin_registry(), filter);
+}
+
+std::vector<std::string> labels(const std::vector<PlannedCase>& plan) {
+  std::vector<std::string> out;
+  for (auto& pc : plan) out.push_back(pc.c.label());
+  return out;
+}
+
+TEST(Sweep, CartesianProductFirstAxisSlowest) {
+  auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {hidden: [8, 16], tokens: [1, 2, 3]}\n");
+  ASSERT_EQ(plan.size(), 6u);
+  // Params come in the op's axis order (tokens, hidden, eps) whatever the config's order.
+  EXPECT_EQ(labels(plan)[0], "tokens=1,hidden=8,eps=1e-05,dtype=bf16");
+  EXPECT_EQ(labels(plan)[3], "tokens=1,hidden=16,eps=1e-05,dtype=bf16");
+}
+
+TEST(Sweep, ModelPresetFillsAxes) {
+  auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {model: [llama2-7b, llama2-70b], tokens: 4}\n");
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].c.params.i("hidden"), 4096);
+  EXPECT_EQ(plan[1].c.params.i("hidden"), 8192);
+  EXPECT_EQ(plan[1].c.params.s("model"), "llama2-70b");
+}
+
+TEST(Sweep, ModelAndExplicitAxisConflict) {
+  EXPECT_THROW(plan_of("ops:\n  - op: rmsnorm\n    axes: {model: llama2-7b, hidden: 8, tokens: 4}\n"), ConfigError);
+}
+
+TEST(Sweep, ExcludeAndInclude) {
+  auto plan = plan_of(
+      "ops:\n  - op: rmsnorm\n    axes: {tokens: [1, 2], hidden: [8, 16]}\n"
+      "    exclude: [{tokens: 2, hidden: 16}]\n    include: [{tokens: 5, hidden: 24, dtype: fp16}]\n");
+  auto l = labels(plan);
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(std::count(l.begin(), l.end(), "tokens=2,hidden=16,eps=1e-05,dtype=bf16"), 0);
+  EXPECT_EQ(l.back(), "tokens=5,hidden=24,eps=1e-05,dtype=fp16");
+}
+
+TEST(Sweep, DuplicatesCollapse) {
+  auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: [1, 1], hidden: 8}\n");
+  EXPECT_EQ(plan.size(), 1u);
+}
+
+TEST(Sweep, MissingRequiredAxis) {
+  try {
+    plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1}\n");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.yaml:2: error: op 'rmsnorm': axis 'hidden' has no value"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Sweep, InvalidCaseIsAConfigError) {
+  EXPECT_THROW(plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 0, hidden: 8}\n"), ConfigError);
+}
+
+TEST(Sweep, BaselineFirstAndUnsupportedReasons) {
+  auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: [8, 200000]}\n");
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].impls.front().impl->name, "cudnn");
+  EXPECT_TRUE(plan[0].impls.front().is_baseline);
+  auto ours = std::find_if(plan[1].impls.begin(), plan[1].impls.end(),
+                           [](const PlannedImpl& p) { return p.impl->name == "ours"; });
+  ASSERT_NE(ours, plan[1].impls.end());
+  EXPECT_NE(ours->skip_reason.find("hidden=200000"), std::string::npos) << ours->skip_reason;
+}
+
+TEST(Sweep, FilterByNameAndImpl) {
+  const char* yaml = "ops:\n  - op: rmsnorm\n    axes: {tokens: [1, 2], hidden: 8}\n";
+  SweepFilter f;
+  f.name = std::regex("tokens=2");
+  auto plan = plan_of(yaml, f);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].impls.size(), 3u);
+  SweepFilter g;
+  g.impls = {"ours"};
+  plan = plan_of(yaml, g);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].impls.size(), 1u);
+}
+
+TEST(Sweep, CostModel) {
+  auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 16384, hidden: 4096}\n");
+  // One read of x, one write of y, one read of w; bf16.
+  EXPECT_DOUBLE_EQ(plan[0].cost.bytes, (2.0 * 16384 * 4096 + 4096) * 2);
+}
+
+TEST(Sweep, QuickConfigHas15Cases) {
+  auto cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/quick.yaml", builtin_registry());
+  EXPECT_EQ(expand_sweep(cfg, builtin_registry()).size(), 15u);
+}
+
+}  // namespace
+}  // namespace topt
