@@ -33,6 +33,13 @@ void add_plan_command(CLI::App& app, int& exit_code) {
         }
       }
       fmt::print("{}: {} cases, {} implementation runs\n", opts->config, plan.size(), runs);
+      if (!cfg.metrics.empty()) {
+        std::vector<std::string> names;
+        for (auto& m : cfg.metrics) names.push_back(m.name);
+        fmt::print("metrics: {}\n  not checked: the names a GPU can count depend on its chip and `topt plan` "
+                   "uses no GPU; `topt run` checks them against the GPU before anything runs\n",
+                   join(names));
+      }
       return kOk;
     });
   });

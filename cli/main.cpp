@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   topt::cli::add_list_command(app, exit_code);
   topt::cli::add_plan_command(app, exit_code);
   topt::cli::add_run_command(app, exit_code);
+  topt::cli::add_profile_command(app, exit_code);
+  topt::cli::add_report_command(app, exit_code);
+  topt::cli::add_compare_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -10,6 +10,7 @@
 #include "harness/presets.h"
 #include "harness/registry.h"
 #include "harness/text.h"
+#include "harness/yaml_read.h"
 
 namespace topt {
 
@@ -32,52 +33,26 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-// Reads a scalar of type T, or fails naming what was expected.
-template <class T>
-T scalar(const YAML::Node& n, const std::string& what, const char* expected, const std::string& file) {
-  if (!n.IsScalar())
-    throw_config_error(file, n.Mark(), fmt::format("{}: expected {}, got a {}", what, expected,
-                                                   n.IsMap() ? "map" : n.IsSequence() ? "list" : "null"));
-  try {
-    return n.as<T>();
-  } catch (const YAML::BadConversion&) {
-    throw_config_error(file, n.Mark(), fmt::format("{}: expected {}, got '{}'", what, expected, n.Scalar()));
-  }
-}
-
-void require_map(const YAML::Node& n, const std::string& what, const std::string& file) {
-  if (!n.IsMap()) throw_config_error(file, n.Mark(), what + ": expected a map of key: value");
-}
-
-void require_list(const YAML::Node& n, const std::string& what, const std::string& file) {
-  if (!n.IsSequence()) throw_config_error(file, n.Mark(), what + ": expected a list");
-}
-
-double positive(const YAML::Node& n, const std::string& what, const std::string& file) {
-  double v = scalar<double>(n, what, "a number", file);
-  if (!(v > 0)) throw_config_error(file, n.Mark(), fmt::format("{}: must be > 0, got {}", what, v));
-  return v;
-}
-
-int positive_int(const YAML::Node& n, const std::string& what, const std::string& file) {
-  int v = scalar<int>(n, what, "an integer", file);
-  if (v <= 0) throw_config_error(file, n.Mark(), fmt::format("{}: must be > 0, got {}", what, v));
-  return v;
-}
-
 void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& where, const std::string& file) {
   require_map(n, where, file);
-  check_keys(n, {"cache", "cuda_graph", "hide_launch", "warmup_min_runs", "warmup_max_s", "min_samples",
+  check_keys(n, {"timer", "cache", "cuda_graph", "hide_launch", "warmup_min_runs", "warmup_max_s", "min_samples",
                  "min_time_s", "max_noise_pct", "max_samples", "timeout_s", "repetitions"},
              where, file);
+  if (auto v = n["timer"]) {
+    auto s = yaml_scalar<std::string>(v, where + ".timer", "a timer name", file);
+    const std::vector<std::string> timers{"cuda_event", "cupti_activity"};
+    if (std::find(timers.begin(), timers.end(), s) == timers.end())
+      throw_config_error(file, v.Mark(), fmt::format("{}.timer: unknown timer '{}'; {}", where, s, expected_one_of(s, timers)));
+    m.timer = s == "cupti_activity" ? TimerKind::cupti_activity : TimerKind::cuda_event;
+  }
   if (auto v = n["cache"]) {
-    auto s = scalar<std::string>(v, where + ".cache", "cold or hot", file);
+    auto s = yaml_scalar<std::string>(v, where + ".cache", "cold or hot", file);
     if (s != "cold" && s != "hot")
       throw_config_error(file, v.Mark(), fmt::format("{}.cache: expected cold or hot, got '{}'", where, s));
     m.cold = s == "cold";
   }
-  if (auto v = n["cuda_graph"]) m.cuda_graph = scalar<bool>(v, where + ".cuda_graph", "true or false", file);
-  if (auto v = n["hide_launch"]) m.hide_launch = scalar<bool>(v, where + ".hide_launch", "true or false", file);
+  if (auto v = n["cuda_graph"]) m.cuda_graph = yaml_scalar<bool>(v, where + ".cuda_graph", "true or false", file);
+  if (auto v = n["hide_launch"]) m.hide_launch = yaml_scalar<bool>(v, where + ".hide_launch", "true or false", file);
   if (auto v = n["warmup_min_runs"]) m.warmup_min_runs = positive_int(v, where + ".warmup_min_runs", file);
   if (auto v = n["warmup_max_s"]) m.warmup_max_s = positive(v, where + ".warmup_max_s", file);
   if (auto v = n["min_samples"]) m.min_samples = positive_int(v, where + ".min_samples", file);
@@ -101,7 +76,7 @@ std::vector<std::string> axis_names(const OpDef& op) {
 Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& axis, const std::string& file) {
   std::string what = fmt::format("axis '{}' of op '{}'", axis, op.name);
   if (axis == "dtype") {
-    auto s = scalar<std::string>(n, what, "a dtype", file);
+    auto s = yaml_scalar<std::string>(n, what, "a dtype", file);
     std::vector<std::string> valid;
     for (DType t : op.dtypes) valid.push_back(dtype_name(t));
     if (std::find(valid.begin(), valid.end(), s) == valid.end())
@@ -109,7 +84,7 @@ Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& 
     return s;
   }
   if (axis == "model") {
-    auto s = scalar<std::string>(n, what, "a model preset", file);
+    auto s = yaml_scalar<std::string>(n, what, "a model preset", file);
     if (!find_preset(s))
       throw_config_error(file, n.Mark(), fmt::format("{}: unknown model preset '{}'; {}", what, s,
                                                      expected_one_of(s, preset_names())));
@@ -117,9 +92,9 @@ Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& 
   }
   auto it = std::find_if(op.axes.begin(), op.axes.end(), [&](const Axis& a) { return a.name == axis; });
   switch (it->kind) {
-    case Axis::Kind::integer: return scalar<int64_t>(n, what, "an integer", file);
-    case Axis::Kind::number: return scalar<double>(n, what, "a number", file);
-    case Axis::Kind::string: return scalar<std::string>(n, what, "a string", file);
+    case Axis::Kind::integer: return yaml_scalar<int64_t>(n, what, "an integer", file);
+    case Axis::Kind::number: return yaml_scalar<double>(n, what, "a number", file);
+    case Axis::Kind::string: return yaml_scalar<std::string>(n, what, "a string", file);
   }
   return {};
 }
@@ -156,7 +131,7 @@ OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registr
   if (!n["op"]) throw_config_error(file, n.Mark(), "ops entry: missing required key 'op'");
   OpSweep sweep;
   sweep.line = n.Mark().line + 1;
-  sweep.op = scalar<std::string>(n["op"], "op", "an op name", file);
+  sweep.op = yaml_scalar<std::string>(n["op"], "op", "an op name", file);
   const OpDef* op = registry.find(sweep.op);
   if (!op)
     throw_config_error(file, n["op"].Mark(), fmt::format("unknown op '{}'; {}", sweep.op,
@@ -166,7 +141,7 @@ OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registr
     std::vector<std::string> valid;
     for (auto& i : op->impls) valid.push_back(i.name);
     for (const auto& i : impls) {
-      auto name = scalar<std::string>(i, "impls entry", "an implementation name", file);
+      auto name = yaml_scalar<std::string>(i, "impls entry", "an implementation name", file);
       if (!op->find_impl(name))
         throw_config_error(file, i.Mark(), fmt::format("op '{}' has no implementation '{}'; {}", op->name, name,
                                                        expected_one_of(name, valid)));
@@ -198,6 +173,17 @@ OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registr
 
 }  // namespace
 
+std::vector<std::string> closest_names(const std::string& got, const std::vector<std::string>& valid, size_t n) {
+  std::vector<std::pair<size_t, const std::string*>> by_distance;
+  for (auto& v : valid) by_distance.emplace_back(edit_distance(got, v), &v);
+  n = std::min(n, by_distance.size());
+  std::partial_sort(by_distance.begin(), by_distance.begin() + n, by_distance.end(),
+                    [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && *a.second < *b.second); });
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(*by_distance[i].second);
+  return out;
+}
+
 std::string expected_one_of(const std::string& got, const std::vector<std::string>& valid) {
   std::string best;
   size_t best_d = SIZE_MAX;
@@ -228,26 +214,33 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
     throw_config_error(path, e.mark, "malformed YAML: " + e.msg);
   }
   if (!root.IsMap()) throw_config_error(path, root.Mark(), "the config must be a map with at least 'ops'");
-  check_keys(root, {"name", "description", "seed", "measure", "check", "ops"}, "the config", path);
+  check_keys(root, {"name", "description", "seed", "measure", "check", "ops", "gates", "metrics"}, "the config", path);
 
   Config cfg;
   cfg.path = path;
   cfg.text = text;
-  if (auto v = root["name"]) cfg.name = scalar<std::string>(v, "name", "a string", path);
-  if (auto v = root["description"]) cfg.description = scalar<std::string>(v, "description", "a string", path);
-  if (auto v = root["seed"]) cfg.seed = scalar<uint64_t>(v, "seed", "a non-negative integer", path);
+  if (auto v = root["name"]) cfg.name = yaml_scalar<std::string>(v, "name", "a string", path);
+  if (auto v = root["description"]) cfg.description = yaml_scalar<std::string>(v, "description", "a string", path);
+  if (auto v = root["seed"]) cfg.seed = yaml_scalar<uint64_t>(v, "seed", "a non-negative integer", path);
   if (auto v = root["measure"]) parse_measure(v, cfg.measure, "measure", path);
   if (auto v = root["check"]) {
     require_map(v, "check", path);
     check_keys(v, {"cpu_reference_max_elements"}, "check", path);
     if (auto e = v["cpu_reference_max_elements"])
       cfg.check.cpu_reference_max_elements =
-          scalar<int64_t>(e, "check.cpu_reference_max_elements", "an integer", path);
+          yaml_scalar<int64_t>(e, "check.cpu_reference_max_elements", "an integer", path);
   }
   if (!root["ops"]) throw_config_error(path, root.Mark(), "missing required key 'ops' (the list of op sweeps)");
   require_list(root["ops"], "ops", path);
   if (root["ops"].size() == 0) throw_config_error(path, root["ops"].Mark(), "ops: the list is empty");
   for (const auto& op : root["ops"]) cfg.ops.push_back(parse_op(op, cfg, registry, path));
+  if (auto v = root["gates"]) cfg.gates = parse_gates(v, path);
+  if (auto v = root["metrics"]) {
+    require_list(v, "metrics", path);
+    for (const auto& m : v)
+      cfg.metrics.push_back({yaml_scalar<std::string>(m, "metrics entry", "a metric name", path), m.Mark().line + 1,
+                             m.Mark().column + 1});
+  }
   return cfg;
 }
 

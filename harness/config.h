@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/gates.h"
 #include "harness/params.h"
 
 namespace YAML {
@@ -24,11 +25,18 @@ struct ConfigError : std::runtime_error {
 [[noreturn]] void throw_config_error(const std::string& file, const YAML::Mark& mark, const std::string& msg);
 // "expected one of: a, b, c" with the closest name first when one is near `got`.
 std::string expected_one_of(const std::string& got, const std::vector<std::string>& valid);
+// The `n` names of `valid` nearest to `got` by edit distance, nearest first: for lists too long to print.
+std::vector<std::string> closest_names(const std::string& got, const std::vector<std::string>& valid, size_t n);
 // Rejects keys of a YAML map that are not in `allowed`, naming the file, line and column.
 void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed,
                 const std::string& where, const std::string& file);
 
+// cuda_event: events around the launch (nvbench's method); cupti_activity: the summed durations of
+// the kernels it made, from CUPTI activity records, free of launch gaps.
+enum class TimerKind { cuda_event, cupti_activity };
+
 struct MeasureSettings {
+  TimerKind timer = TimerKind::cuda_event;
   bool cold = true;            // flush the L2 before each timed launch
   bool cuda_graph = false;     // replay the implementation captured in a CUDA graph
   bool hide_launch = true;     // queue the launch behind a blocking kernel, nvbench-style
@@ -55,6 +63,12 @@ struct OpSweep {
   int line = 0;  // 1-based, for messages after parsing
 };
 
+// A name from the config's `metrics:` list, with its place for messages once parsing is over.
+struct MetricName {
+  std::string name;
+  int line = 0, column = 0;  // 1-based
+};
+
 struct Config {
   std::string path;
   std::string name, description;
@@ -62,6 +76,8 @@ struct Config {
   MeasureSettings measure;
   CheckSettings check;
   std::vector<OpSweep> ops;
+  std::vector<Gate> gates;  // checked at the end of `topt run`
+  std::vector<MetricName> metrics;  // hardware counters per row (CUPTI), checked against the GPU's chip first
   std::string text;  // the YAML as read, for provenance
 };
 

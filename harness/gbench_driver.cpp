@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <exception>
+#include <stdexcept>
 
 #include "harness/text.h"
 
@@ -39,9 +40,13 @@ std::vector<Measurement> run_benchmark(const std::string& name, int repetitions,
       ->Iterations(1)
       ->Repetitions(repetitions);
   SilentReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter, "^" + regex_escape(name) + "$");
+  // Google Benchmark appends "/iterations:1/repeats:N/manual_time" to the name it matches.
+  benchmark::RunSpecifiedBenchmarks(&reporter, "^" + regex_escape(name) + "(/|$)");
   benchmark::ClearRegisteredBenchmarks();
   if (error) std::rethrow_exception(error);
+  if (int(reps.size()) != repetitions)
+    throw std::runtime_error("Google Benchmark ran " + std::to_string(reps.size()) + " of " +
+                             std::to_string(repetitions) + " repetitions of " + name);
   return reps;
 }
 

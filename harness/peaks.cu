@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "harness/cuda_check.h"
 #include "harness/peaks.h"
 
@@ -55,22 +57,29 @@ double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspace;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t heur{};
+    // The peak is the best the library reaches: time its first few candidates, keep the fastest.
+    constexpr int kCandidates = 4;
+    cublasLtMatmulHeuristicResult_t heur[kCandidates] = {};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, kCandidates, heur, &found));
     if (!found) throw Unsupported("cuBLASLt found no bf16 GEMM algorithm");
     float alpha = 1, beta = 0;
     MeasureSettings m;
+    m.cold = false;  // 400 MB of operands: the L2 holds none of them between runs anyway
     m.min_samples = 10;
     m.min_time_s = 0.02;
-    Measurement r = timer.measure(
-        [&](cudaStream_t s) {
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a->data, la, b->data, lb, &beta, c->data, lc, c->data, lc,
-                                      &heur.algo, workspace.get(), kWorkspace, s));
-        },
-        m);
+    double best_us = INFINITY;
+    for (int i = 0; i < found; ++i) {
+      Measurement r = timer.measure(
+          [&](cudaStream_t s) {
+            CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a->data, la, b->data, lb, &beta, c->data, lc, c->data, lc,
+                                        &heur[i].algo, workspace.get(), kWorkspace, s));
+          },
+          m);
+      best_us = std::min(best_us, r.stats.median);
+    }
     cleanup();
-    return 2.0 * n * n * n / (r.stats.median * 1e-6) / 1e12;
+    return 2.0 * n * n * n / (best_us * 1e-6) / 1e12;
   } catch (...) {
     cleanup();
     throw;
@@ -100,7 +109,7 @@ nlohmann::ordered_json peaks_json(const MeasuredPeaks& p) {
   j["dram_copy_GBps"] = p.dram_copy_GBps ? nlohmann::ordered_json(*p.dram_copy_GBps) : nullptr;
   j["bf16_gemm_TFLOPs"] = p.bf16_gemm_TFLOPs ? nlohmann::ordered_json(*p.bf16_gemm_TFLOPs) : nullptr;
   j["method"] = "median of >=10 hot runs: cudaMemcpyAsync D2D of 1 GiB (read+write bytes); cuBLASLt bf16 "
-                "8192^3, fp32 accumulate, random inputs";
+                "8192^3, fp32 accumulate, random inputs, fastest of its first 4 heuristic candidates";
   if (!p.notes.empty()) j["notes"] = p.notes;
   return j;
 }

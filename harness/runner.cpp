@@ -1,14 +1,19 @@
 #include "harness/runner.h"
 
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "harness/check.h"
 #include "harness/context.h"
 #include "harness/cuda_check.h"
+#include "harness/cupti_check.h"
+#include "harness/cupti_profiler.h"
+#include "harness/gates.h"
 #include "harness/gbench_driver.h"
 #include "harness/nvtx.h"
 #include "harness/peaks.h"
@@ -48,19 +53,15 @@ class SweepRunner {
       fs::remove(jsonl_);
     }
 
+    start_counters();
     peaks_ = measure_peaks(*timer_, stream_, cfg_.seed);
     ResultsFile partial{run_context(device_, cfg_, peaks_, opt_.command_line), {}};
+    if (!cfg_.metrics.empty()) partial.context["counters"] = counters_note_;
     write_results_json((fs::path(opt_.out_dir) / "results.json").string(), partial);
 
-    Progress progress(int(plan.size()));
-    bool context_lost = false;
-    for (size_t i = 0; i < plan.size() && !context_lost; ++i) {
-      const PlannedCase& pc = plan[i];
-      progress.start_case(int(i), pc.c.op + " " + pc.c.label());
-      context_lost = run_case(pc, done, progress);
-    }
-    progress.done();
+    bool context_lost = run_plan(plan, done);
 
+    if (!cfg_.metrics.empty()) partial.context["counters"] = counters_note_;
     ResultsFile f{std::move(partial.context), rows_};
     write_results_json((fs::path(opt_.out_dir) / "results.json").string(), f);
     write_results_csv((fs::path(opt_.out_dir) / "results.csv").string(), rows_);
@@ -70,15 +71,109 @@ class SweepRunner {
     for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
     fmt::print("topt run: {} rows: {} ok, {} failed, {} unsupported or skipped; results in {}\n", rows_.size(), ok,
                failed, other, opt_.out_dir);
+    int gate_failures = check_gates();
     if (context_lost)
       fmt::print(stderr,
                  "topt run: the CUDA context was lost; the sweep stopped. Rows measured so far are saved. "
                  "Rerun with --resume --out {} to continue after the failing case.\n",
                  opt_.out_dir);
+    return failed || context_lost || gate_failures ? 1 : 0;
+  }
+
+  // `topt profile`: no peaks, no counters, no files; what ncu needs to pick each launch is printed.
+  int profile(const std::vector<PlannedCase>& plan) {
+    bool context_lost = run_plan(plan, {});
+    int failed = 0;
+    for (auto& r : rows_) failed += is_failure(r.status);
+    for (auto& line : profiled_) fmt::print("{}\n", line);
+    fmt::print("topt profile: {} launches profiled, {} rows failed\n", profiled_.size(), failed);
     return failed || context_lost ? 1 : 0;
   }
 
  private:
+  // Returns true when the CUDA context was lost and the sweep stopped.
+  bool run_plan(const std::vector<PlannedCase>& plan, const std::set<std::string>& done) {
+    Progress progress(int(plan.size()));
+    bool context_lost = false;
+    for (size_t i = 0; i < plan.size() && !context_lost; ++i) {
+      const PlannedCase& pc = plan[i];
+      progress.start_case(int(i), pc.c.op + " " + pc.c.label());
+      context_lost = run_case(pc, done, progress);
+    }
+    progress.done();
+    return context_lost;
+  }
+
+  // Counters for the config's metrics. Where the GPU or the driver refuses them, the run goes on
+  // without: rows get no counters and the context says why.
+  void start_counters() {
+    if (cfg_.metrics.empty()) return;
+    std::vector<std::string> names;
+    for (auto& m : cfg_.metrics) names.push_back(m.name);
+    counters_note_ = {{"requested", names},
+                      {"method", "CUPTI range profiler: one user range around one launch, its kernels summed, "
+                                 "L2 evicted clean before it; dram_bytes adds the write-back of its dirty lines; "
+                                 "ratios span the range's elapsed time, launch latency included"}};
+    try {
+      counters_ = std::make_unique<CounterCollector>(device_.id, names);
+      counters_note_["chip"] = counters_->chip();
+      counters_note_["passes"] = counters_->passes();
+      counters_note_["collected"] = true;
+    } catch (const CuptiError& e) {
+      stop_counters(e);
+    }
+  }
+
+  void stop_counters(const CuptiError& e) {
+    counters_.reset();
+    counters_note_["collected"] = false;
+    counters_note_["unavailable"] = e.what();
+    fmt::print(stderr, "topt run: hardware counters unavailable, the run goes on without metrics: {}\n", e.what());
+  }
+
+  // A pass of its own after timing, so the timed launches never run under the profiler.
+  void collect_counters(Instance& inst, ResultRow& r) {
+    try {
+      CounterReading reading = counters_->collect([&](cudaStream_t s) { inst.launch(s); },
+                                                  [&] { timer_->evict_l2(); }, stream_);
+      r.metrics.update(counter_metrics(reading, r.flops, r.bytes));
+    } catch (const CuptiError& e) {
+      stop_counters(e);
+    }
+  }
+
+  // Warm-up, then one launch alone inside the case's NVTX ranges and between cudaProfilerStart and
+  // cudaProfilerStop: exactly what `ncu --nvtx --nvtx-include 'topt@op/impl/params/'` or
+  // `nsys profile --capture-range=cudaProfilerApi` capture.
+  void profile_launch(const PlannedCase& pc, const std::string& impl, Instance& inst) {
+    constexpr int kWarmupLaunches = 3;
+    for (int i = 0; i < kWarmupLaunches; ++i) inst.launch(stream_);
+    CUDA_CHECK_LAUNCH();
+    if (pc.sweep->measure.cold) timer_->flush_l2();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaProfilerStart());
+    {
+      NvtxCaseRange range(pc.c, impl);
+      inst.launch(stream_);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    CUDA_CHECK(cudaProfilerStop());
+    profiled_.push_back(fmt::format("profiled {}: ncu --nvtx --nvtx-include {}", pc.c.name(impl),
+                                    shell_quote(ncu_nvtx_include(pc.c, impl))));
+  }
+
+  // The config's gates over this run's rows; a table of what broke them goes to stdout and gates.md.
+  int check_gates() {
+    if (cfg_.gates.empty()) return 0;
+    auto violations = evaluate_gates(cfg_.gates, rows_);
+    std::string md = violations.empty() ? fmt::format("All {} gates passed.\n", cfg_.gates.size())
+                                        : gate_report_markdown(violations);
+    std::ofstream((fs::path(opt_.out_dir) / "gates.md").string()) << md;
+    fmt::print("{}", violations.empty() ? md : "topt run: gates failed:\n" + md);
+    return int(violations.size());
+  }
+
   ResultRow base_row(const PlannedCase& pc, const PlannedImpl& pi) const {
     ResultRow r;
     r.op = pc.c.op;
@@ -95,7 +190,7 @@ class SweepRunner {
 
   void record(ResultRow r, Progress& progress) {
     if (is_failure(r.status)) progress.note(fmt::format("FAIL {}: {}: {}", r.key(), status_name(r.status), r.reason));
-    append_jsonl(jsonl_, r);
+    if (!opt_.profile) append_jsonl(jsonl_, r);
     rows_.push_back(std::move(r));
   }
 
@@ -160,10 +255,14 @@ class SweepRunner {
   // Check, then time. Returns true when the CUDA context is lost.
   bool run_impl(const PlannedCase& pc, const PlannedImpl& pi, const Problem& problem, const Reference& ref,
                 ResultRow& r) {
-    NvtxRange range(pc.c.name(pi.impl->name));
+    std::optional<NvtxCaseRange> range;  // in `topt profile`, around the profiled launch alone
+    if (!opt_.profile) range.emplace(pc.c, pi.impl->name);
     const MeasureSettings& m = pc.sweep->measure;
     try {
       std::unique_ptr<Instance> inst = pi.impl->prepare(problem, pc.c, stream_);
+      // Set-up may have gone to any stream (a plain cudaMemset goes to the legacy one, which our
+      // non-blocking stream does not wait for): finish it before the checked launch.
+      CUDA_CHECK(cudaDeviceSynchronize());
       for (auto& out : problem.outputs()) poison_nan(out, stream_);
       inst->launch(stream_);
       CUDA_CHECK_LAUNCH();
@@ -174,6 +273,11 @@ class SweepRunner {
       if (!check.passes(tol)) {
         r.status = Status::check_failed;
         r.reason = check.describe(tol);
+        return false;
+      }
+      if (opt_.profile) {
+        profile_launch(pc, pi.impl->name, *inst);
+        r.status = Status::ok;
         return false;
       }
       auto reps = run_benchmark(pc.c.name(pi.impl->name), m.repetitions,
@@ -190,6 +294,7 @@ class SweepRunner {
       r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
       r.status = Status::ok;
       if (size_t ws = inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
+      if (counters_) collect_counters(*inst, r);
     } catch (const Unsupported& e) {
       r.status = Status::unsupported;
       r.reason = e.what();
@@ -213,6 +318,9 @@ class SweepRunner {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Timer> timer_;
   MeasuredPeaks peaks_;
+  std::unique_ptr<CounterCollector> counters_;
+  Json counters_note_;                  // the context's "counters": what was asked, how, or why not
+  std::vector<std::string> profiled_;   // `topt profile`: each launch and its ncu filter
   std::string jsonl_;
   std::vector<ResultRow> rows_;
 };
@@ -220,19 +328,29 @@ class SweepRunner {
 }  // namespace
 
 int run_sweep(const Config& cfg, const Registry& registry, const RunOptions& opt) {
+  const char* command = opt.profile ? "topt profile" : "topt run";
   std::vector<PlannedCase> plan = expand_sweep(cfg, registry, opt.filter);
   std::string why;
   auto device = probe_device(why);
   if (!device) {
-    fmt::print(stderr, "topt run: {}. `topt plan {}` shows the sweep without a GPU.\n", why, cfg.path);
+    fmt::print(stderr, "{}: {}. `topt plan {}` shows the sweep without a GPU.\n", command, why, cfg.path);
     return 3;
   }
   if (plan.empty()) {
-    fmt::print(stderr, "topt run: no case matches the filter; nothing to run\n");
+    fmt::print(stderr, "{}: no case matches the filter; nothing to run\n", command);
     return 2;
   }
+  // Before anything runs: a name the chip cannot count is a config error.
+  if (!cfg.metrics.empty() && !opt.profile) {
+    try {
+      validate_metric_names(cfg, *chip_metric_catalog(device->id));
+    } catch (const CuptiError& e) {
+      fmt::print(stderr, "{}: the GPU's metric names cannot be read, so metrics are not checked: {}\n", command,
+                 e.what());
+    }
+  }
   SweepRunner runner(cfg, opt, *device);
-  return runner.run(plan);
+  return opt.profile ? runner.profile(plan) : runner.run(plan);
 }
 
 }  // namespace topt

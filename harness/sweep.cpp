@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "harness/presets.h"
 #include "harness/registry.h"
+#include "harness/text.h"
 
 namespace topt {
 
@@ -77,10 +79,23 @@ Case complete_case(const Config& cfg, const OpSweep& s, const OpDef& op, const P
   return c;
 }
 
+// How the case is timed, when not the default (cold L2, launch hidden, stream launches, CUDA events):
+// part of a row's identity, so the same case timed two ways gives two rows that compare and
+// --resume tell apart.
+std::string timing_variant(const MeasureSettings& m) {
+  std::vector<std::string> parts;
+  if (!m.cold) parts.push_back("hot");
+  if (m.cuda_graph) parts.push_back("graph");
+  if (!m.hide_launch) parts.push_back("launch");
+  if (m.timer == TimerKind::cupti_activity) parts.push_back("cupti");
+  return join(parts, "+");
+}
+
 }  // namespace
 
 std::vector<PlannedCase> expand_sweep(const Config& cfg, const Registry& registry, const SweepFilter& filter) {
   std::vector<PlannedCase> plan;
+  std::set<std::string> seen;
   for (const OpSweep& s : cfg.ops) {
     const OpDef* op = registry.find(s.op);
     std::vector<Params> assignments = cartesian(s.axes);
@@ -95,13 +110,14 @@ std::vector<PlannedCase> expand_sweep(const Config& cfg, const Registry& registr
     }
     std::stable_partition(impls.begin(), impls.end(), [&](const Impl* i) { return i->name == op->baseline; });
 
-    std::vector<std::string> seen;
+    const std::string variant = timing_variant(s.measure);
     for (auto& a : assignments) {
       Case c = complete_case(cfg, s, *op, a);
       if (std::any_of(s.exclude.begin(), s.exclude.end(), [&](const Params& e) { return matches(e, c); })) continue;
+      if (!variant.empty()) c.params.set("timing", variant);
       std::string key = c.name("");
-      if (std::count(seen.begin(), seen.end(), key)) continue;
-      seen.push_back(key);
+      if (seen.count(key)) continue;  // the first op entry that lists a case times it
+      seen.insert(key);
 
       PlannedCase pc{c, op, &s, op->cost(c), {}};
       for (const Impl* impl : impls) {

@@ -1,7 +1,8 @@
 // nvbench's method on CUDA events: L2 flushed before each launch (cold), the launch queued behind a
 // blocking kernel so host launch cost stays out of the numbers, warm-up until the median settles,
 // then samples until the relative noise is under a threshold or a time cap is reached. The SM clock
-// is sampled through NVML while timing, and throttled samples are flagged.
+// is sampled through NVML while timing, and throttled samples are flagged. The `cupti_activity`
+// timer takes each sample from CUPTI kernel records instead (harness/cupti_activity.h).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -16,6 +17,8 @@
 #include "harness/tensor.h"
 
 namespace topt {
+
+class KernelDurations;
 
 struct Measurement {
   std::vector<double> samples_us;
@@ -40,18 +43,28 @@ class Timer {
   // `launch` enqueues one run of the implementation on the stream it is given, and never syncs.
   Measurement measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m);
 
-  // Flushes the L2 by overwriting a buffer twice its size.
+  // Before a timed launch, nvbench's way: overwrites a buffer twice the L2's size, so none of the
+  // launch's data is cached. The L2 is left full of dirty lines that the launch pays to write back;
+  // a read-only flush instead lets an output smaller than the L2 stay there unwritten when the stop
+  // event fires, and rows then beat the copy ceiling (measured: docs/NOTES.md).
   void flush_l2();
+  // Before counting: reads that buffer twice over, leaving only clean lines, so the counters of the
+  // next launch see neither cached data nor anyone else's write-backs.
+  void evict_l2();
 
  private:
-  double sample_once(const std::function<void()>& run, const MeasureSettings& m);
+  // `kernels`: time by CUPTI kernel records (timer cupti_activity) instead of CUDA events.
+  double sample_once(const std::function<void()>& run, const MeasureSettings& m, KernelDurations* kernels);
 
   cudaStream_t stream_;
   DeviceBuffer l2_scratch_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  int* flag_host_ = nullptr;   // pinned, mapped: the host releases the blocking kernel through it
+  // Pinned and mapped: the host releases the blocking kernel through flag, and reads whether it
+  // gave up waiting through timed_out, without a copy.
+  int* flag_host_ = nullptr;
   int* flag_device_ = nullptr;
-  DeviceBuffer timed_out_;
+  int* timed_out_host_ = nullptr;
+  int* timed_out_device_ = nullptr;
   ClockSampler clock_;
   int max_sm_clock_mhz_;
 };

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 OUT=${1:-bundle}
 bash scripts/build.sh release
 rm -rf "$OUT" && mkdir -p "$OUT"
-BINS=(build/release/topt build/release/tests/topt_unit_tests build/release/tests/topt_gpu_tests)
+B=${TOPT_BUILD_DIR:-build/release}
+BINS=("$B/topt" "$B/tests/topt_unit_tests" "$B/tests/topt_gpu_tests")
 cp "${BINS[@]}" "$OUT/"
 # Everything ldd resolves except the C/C++ runtime (the target's own is newer) and CUDA, cuDNN and
 # the driver (the target's own must match its driver).

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh release
-ctest --preset release --output-on-failure "$@"
+ctest --test-dir "${TOPT_BUILD_DIR:-build/release}" --output-on-failure "$@"

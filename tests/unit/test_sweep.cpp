@@ -91,6 +91,18 @@ TEST(Sweep, FilterByNameAndImpl) {
   EXPECT_EQ(plan[0].impls.size(), 1u);
 }
 
+TEST(Sweep, TimingVariantIsPartOfTheRowIdentity) {
+  auto plan = plan_of(
+      "ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\n"
+      "  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\n    measure: {cuda_graph: true, hide_launch: false}\n"
+      "  - op: rmsnorm\n    axes: {tokens: [1, 2], hidden: 8}\n");
+  auto l = labels(plan);
+  ASSERT_EQ(l.size(), 3u);  // the third entry's tokens=1 repeats the first: timed once
+  EXPECT_EQ(l[0], "tokens=1,hidden=8,eps=1e-05,dtype=bf16");
+  EXPECT_EQ(l[1], "tokens=1,hidden=8,eps=1e-05,timing=graph+launch,dtype=bf16");
+  EXPECT_EQ(l[2], "tokens=2,hidden=8,eps=1e-05,dtype=bf16");
+}
+
 TEST(Sweep, CostModel) {
   auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 16384, hidden: 4096}\n");
   // One read of x, one write of y, one read of w; bf16.

@@ -1,0 +1,34 @@
+// topt profile CONFIG: each selected case checked, warmed up, then launched once for Nsight.
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "harness/registry.h"
+#include "harness/runner.h"
+
+namespace topt::cli {
+
+void add_profile_command(CLI::App& app, int& exit_code) {
+  CLI::App* sub = app.add_subcommand(
+      "profile",
+      "Check each selected case, warm it up, then launch it once between cudaProfilerStart and cudaProfilerStop, "
+      "inside NVTX ranges topt@op/impl/params, for ncu or nsys (scripts/profile.sh)");
+  sub->footer(
+      "Only the profiled launches are inside NVTX ranges and profiler start/stop, so either filter captures them:\n"
+      "  ncu --nvtx --nvtx-include 'topt@rmsnorm/ours/' --clock-control none topt profile CONFIG --filter RE\n"
+      "  nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat topt profile CONFIG --filter RE\n"
+      "Each profiled launch is printed with the --nvtx-include that selects it alone (',' escaped as '\\,').");
+  auto opts = std::make_shared<SweepArgs>();
+  add_sweep_args(*sub, *opts);
+  sub->callback([opts, &exit_code] {
+    exit_code = guard_config_errors("profile", [&] {
+      Config cfg = load_config(opts->config, builtin_registry());
+      RunOptions ro;
+      ro.filter = opts->filter();
+      ro.profile = true;
+      return run_sweep(cfg, builtin_registry(), ro);
+    });
+  });
+}
+
+}  // namespace topt::cli

@@ -1,0 +1,192 @@
+// topt report: the README block, Markdown to HTML, base64, and whole reports on the synthetic
+// fixture, with charts drawn, with the chart script failing, and without python3.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness/markdown.h"
+#include "harness/report.h"
+
+namespace fs = std::filesystem;
+
+namespace topt {
+namespace {
+
+const std::string kSourceDir = TOPT_SOURCE_DIR;
+const std::string kSynthetic = kSourceDir + "/tests/data/synthetic/h100_quick_synthetic_run1.json";
+const std::string kScript = kSourceDir + "/reports/make_report.py";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A scratch tree per test: reports/h100/quick.json (a copy of the fixture) and a README.
+class ReportTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / (std::string("topt_") + info->test_suite_name() + "_" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "reports/h100");
+    fs::copy_file(kSynthetic, results());
+    std::ofstream(readme()) << "# Project\n\n## Results\n\n" << kResultsBlockBegin << "\nold table\n"
+                            << kResultsBlockEnd << "\n\n## Next section\n";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string results() const { return (root_ / "reports/h100/quick.json").string(); }
+  std::string readme() const { return (root_ / "README.md").string(); }
+  fs::path dir() const { return root_ / "reports/h100"; }
+
+  int report(const std::string& script, bool with_readme = true) {
+    ReportOptions o;
+    o.results = {results()};
+    o.readme = with_readme ? readme() : "";
+    o.script = script;
+    out_.str("");
+    err_.str("");
+    return run_report(o, out_, err_);
+  }
+
+  void expect_tables_written() {
+    std::string md = slurp(dir() / "quick.md");
+    EXPECT_NE(md.find("## quick: NVIDIA H100 80GB HBM3"), std::string::npos);
+    EXPECT_NE(md.find("### rmsnorm"), std::string::npos);
+    EXPECT_NE(md.find("dram_copy_GBps: 3012.4"), std::string::npos) << md;
+    EXPECT_NE(slurp(dir() / "quick.csv").find("rmsnorm,ours,0,\"model=llama2-7b,tokens=16,hidden=4096,eps=1e-05\",bf16,ok"),
+              std::string::npos);
+    std::string html = slurp(dir() / "index.html");
+    EXPECT_NE(html.find("<table>"), std::string::npos);
+    EXPECT_NE(html.find("<h3>rmsnorm</h3>"), std::string::npos);
+    std::string readme_text = slurp(readme());
+    EXPECT_EQ(readme_text.find("old table"), std::string::npos);
+    EXPECT_NE(readme_text.find("## Next section"), std::string::npos);
+    EXPECT_NE(readme_text.find("[quick.json](reports/h100/quick.json)"), std::string::npos) << readme_text;
+  }
+
+  fs::path root_;
+  std::ostringstream out_, err_;
+};
+
+TEST(ReportReadme, ReplacesOnlyTheMarkedBlock) {
+  std::string text = std::string("intro\n") + kResultsBlockBegin + "\nold\n" + kResultsBlockEnd + "\nrest\n";
+  EXPECT_EQ(replace_results_block(text, "new table\n"),
+            std::string("intro\n") + kResultsBlockBegin + "\nnew table\n" + kResultsBlockEnd + "\nrest\n");
+  std::string twice = replace_results_block(replace_results_block(text, "a\n"), "a\n");
+  EXPECT_EQ(twice, replace_results_block(text, "a\n"));
+}
+
+TEST(ReportReadme, MissingMarkersAreNamed) {
+  EXPECT_THROW(
+      {
+        try {
+          replace_results_block("no markers\n", "x");
+        } catch (const std::runtime_error& e) {
+          EXPECT_NE(std::string(e.what()).find(kResultsBlockBegin), std::string::npos);
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_THROW(replace_results_block(std::string(kResultsBlockBegin) + "\nno end\n", "x"), std::runtime_error);
+  EXPECT_THROW(replace_results_block(std::string(kResultsBlockEnd) + "\n" + kResultsBlockBegin + "\n", "x"), std::runtime_error);
+}
+
+TEST(ReportHtml, Base64MatchesRfc4648) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("f"), "Zg==");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
+}
+
+TEST(ReportHtml, MarkdownSubsetBecomesHtml) {
+  std::string md =
+      "### rmsnorm <v2>\n\n"
+      "| case | impl | time |\n|---|---|--:|\n| tokens=16 | a\\|b | **3.4** |\n\n"
+      "- GPU: `H100`\n- see [csv](quick.csv)\n\n"
+      "![speedup](charts/s.png)\n\n"
+      "<details><summary>more</summary>\n\nplain text\n";
+  std::string html = markdown_to_html(md, [](const std::string& p) { return "data:" + p; });
+  EXPECT_NE(html.find("<h3>rmsnorm &lt;v2&gt;</h3>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<thead><tr><th>case</th><th>impl</th><th style=\"text-align:right\">time</th></tr>\n</thead>"),
+            std::string::npos) << html;
+  EXPECT_NE(html.find("<td>a|b</td><td style=\"text-align:right\"><strong>3.4</strong></td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<li>GPU: <code>H100</code></li>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<a href=\"quick.csv\">csv</a>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<img alt=\"speedup\" src=\"data:charts/s.png\">"), std::string::npos) << html;
+  EXPECT_NE(html.find("<details><summary>more</summary>\n<p>plain text</p>"), std::string::npos) << html;
+}
+
+TEST_F(ReportTree, TablesOnlyWithoutAScript) {
+  EXPECT_EQ(report(""), 0) << err_.str();
+  expect_tables_written();
+  EXPECT_FALSE(fs::exists(dir() / "charts"));
+}
+
+TEST_F(ReportTree, ChartsAreDrawnLinkedAndInlined) {
+  ASSERT_EQ(report(kScript), 0) << err_.str();
+  expect_tables_written();
+  for (const char* chart : {"quick_rmsnorm_speedup", "quick_rmsnorm_throughput", "quick_rmsnorm_roofline"}) {
+    EXPECT_GT(fs::file_size(dir() / "charts" / (std::string(chart) + ".png")), 1000u) << chart;
+    EXPECT_GT(fs::file_size(dir() / "charts" / (std::string(chart) + ".svg")), 1000u) << chart;
+  }
+  EXPECT_NE(slurp(dir() / "quick.md").find("![rmsnorm: speedup vs cudnn](charts/quick_rmsnorm_speedup.png)"),
+            std::string::npos);
+  EXPECT_NE(slurp(readme()).find("[speedup](reports/h100/charts/quick_rmsnorm_speedup.png)"), std::string::npos);
+  std::string html = slurp(dir() / "index.html");
+  EXPECT_NE(html.find("<img alt=\"rmsnorm: roofline\" src=\"data:image/png;base64,iVBORw0KGgo"), std::string::npos);
+  EXPECT_EQ(html.find("src=\"charts/"), std::string::npos);
+  EXPECT_NE(out_.str().find("with 3 charts inlined"), std::string::npos) << out_.str();
+}
+
+TEST_F(ReportTree, MissingMatplotlibWritesTablesAndExits1) {
+  // The chart script's exit status for a missing matplotlib.
+  fs::path fake = root_ / "no_matplotlib.py";
+  std::ofstream(fake) << "import sys\nsys.exit(3)\n";
+  EXPECT_EQ(report(fake.string()), 1);
+  expect_tables_written();
+  EXPECT_NE(err_.str().find("charts skipped: matplotlib is not installed"), std::string::npos) << err_.str();
+  EXPECT_NE(err_.str().find("the tables were written"), std::string::npos);
+}
+
+TEST_F(ReportTree, MissingPython3WritesTablesAndExits1) {
+  std::string path = getenv("PATH");
+  setenv("PATH", (root_ / "empty").c_str(), 1);
+  int rc = report(kScript);
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(rc, 1);
+  expect_tables_written();
+  EXPECT_NE(err_.str().find("charts skipped: cannot run python3"), std::string::npos) << err_.str();
+}
+
+TEST_F(ReportTree, ReadmeWithoutMarkersIsExit2AndNothingIsWritten) {
+  std::ofstream(readme()) << "# no markers\n";
+  EXPECT_EQ(report(""), 2);
+  EXPECT_NE(err_.str().find("README.md: no '<!-- topt:results:begin -->'"), std::string::npos) << err_.str();
+  EXPECT_FALSE(fs::exists(dir() / "quick.md"));
+  EXPECT_EQ(slurp(readme()), "# no markers\n");
+}
+
+TEST_F(ReportTree, ForeignResultsAreExit2) {
+  std::ofstream(results()) << R"({"benchmarks": []})";
+  EXPECT_EQ(report(""), 2);
+  EXPECT_NE(err_.str().find("topt report: error: " + results() + ": not a topt results file"), std::string::npos)
+      << err_.str();
+}
+
+TEST_F(ReportTree, ResultsFilesWithTheSameNameAreExit2) {
+  fs::create_directories(root_ / "other");
+  fs::copy_file(kSynthetic, root_ / "other/quick.json");
+  ReportOptions o;
+  o.results = {results(), (root_ / "other/quick.json").string()};
+  EXPECT_EQ(run_report(o, out_, err_), 2);
+  EXPECT_NE(err_.str().find("also named quick"), std::string::npos) << err_.str();
+}
+
+}  // namespace
+}  // namespace topt
