@@ -1,6 +1,7 @@
 // Every op the harness ships, registered explicitly (no static-initialization tricks: the order is
 // visible and the linker cannot drop a suite).
 #include "harness/registry.h"
+#include "suites/attention/attention_suites.h"
 #include "suites/norm/norm_suites.h"
 
 namespace topt {
@@ -9,6 +10,11 @@ const Registry& builtin_registry() {
   static const Registry registry = [] {
     Registry r;
     suites::register_rmsnorm(r);
+    suites::register_add_rmsnorm(r);
+    suites::register_layernorm(r);
+    suites::register_softmax(r);
+    suites::register_causal_softmax(r);
+    suites::register_attention_decode(r);
     return r;
   }();
   return registry;

@@ -1,0 +1,182 @@
+// A row held in registers across one thread block, and block-wide reductions over it: the pieces
+// the norm and softmax kernels are built from.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "harness/dtype_traits.cuh"
+#include "kernels/norm/row_tiling.h"
+
+namespace topt::kernels {
+
+// Conversions between fp32 and 16-bit floats packed two to a 32-bit word (the low half first, as in
+// memory), on the bits: the row then lives in 32-bit registers of two elements each. Arrays of
+// bf16/fp16 elements instead got one register per element, twice the registers, and spilled.
+template <class T>
+struct PackedBits;
+
+template <>
+struct PackedBits<__nv_bfloat16> {
+  __device__ __forceinline__ static float lo(uint32_t w) { return __uint_as_float(w << 16); }
+  __device__ __forceinline__ static float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &p, sizeof(w));
+    return w;
+  }
+};
+
+template <>
+struct PackedBits<__half> {
+  __device__ __forceinline__ static float lo(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w))); }
+  __device__ __forceinline__ static float hi(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w >> 16))); }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __half2 p = __floats2half2_rn(lo, hi);
+    uint32_t w;
+    memcpy(&w, &p, sizeof(w));
+    return w;
+  }
+};
+
+// Calls f(i, j) for each element (i, j) of a (kVpt, kVec) fragment, fully unrolled so that register
+// arrays are only ever indexed by constants.
+template <int kVpt, int kVec, class F>
+__device__ __forceinline__ void for_each_element(F&& f) {
+#pragma unroll
+  for (int i = 0; i < kVpt; ++i)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) f(i, j);
+}
+
+// This thread's share of one row: vectors t, t + blockDim.x, ..., so each warp-wide load covers one
+// contiguous run of 32·kVec elements. Kept packed in the row's dtype (half the registers of fp32);
+// elements convert to fp32 where they are used.
+template <class T, int kVec, int kVpt>
+struct RowFragment {
+  static_assert(sizeof(T) == 2, "rows of 16-bit floats (bf16, fp16)");
+  static_assert(kVec == 1 || kVec == 2 || kVec == 4 || kVec == 8, "one vector is one load of 2 to 16 bytes");
+  static_assert(kVpt >= 1 && kVpt <= kMaxVectorsPerThread, "vectors per thread bound the registers per row");
+  static constexpr int kPerWord = kVec >= 2 ? 2 : 1;  // elements per word
+  static constexpr int kWords = kVec / kPerWord;
+  using Word = std::conditional_t<kPerWord == 2, uint32_t, uint16_t>;
+  using Bits = PackedBits<T>;
+  struct alignas(sizeof(T) * kVec) Vec {
+    Word w[kWords];
+  };
+
+  Vec vec[kVpt];  // (kVpt, kVec) elements as (kVpt, kWords) words
+
+  // Index within the row, in vectors, of this thread's i-th vector.
+  __device__ __forceinline__ static int vec_index(int i) { return threadIdx.x + i * blockDim.x; }
+  __device__ __forceinline__ static int col(int i, int j) { return vec_index(i) * kVec + j; }
+
+  // Loads this thread's vectors among the row's first `n_load`; the others hold `fill`.
+  __device__ __forceinline__ void load(const T* row, int n_load, float fill) {
+    const Vec* src = reinterpret_cast<const Vec*>(row);
+    const Word fill_word = Word(Bits::pack(fill, fill));
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i) {
+      if (vec_index(i) < n_load) {
+        vec[i] = src[vec_index(i)];
+      } else {
+#pragma unroll
+        for (int k = 0; k < kWords; ++k) vec[i].w[k] = fill_word;
+      }
+    }
+  }
+
+  // Writes the fragment as it is, for this thread's vectors among the row's first `n_vec`.
+  __device__ __forceinline__ void store(T* row, int n_vec) const {
+    Vec* dst = reinterpret_cast<Vec*>(row);
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i)
+      if (vec_index(i) < n_vec) dst[vec_index(i)] = vec[i];
+  }
+
+  __device__ __forceinline__ float at(int i, int j) const {
+    const uint32_t w = vec[i].w[j / kPerWord];
+    return j % kPerWord ? Bits::hi(w) : Bits::lo(w);
+  }
+
+  // Replaces the fragment with value(i, j), rounded to T.
+  template <class F>
+  __device__ __forceinline__ void assign(F&& value) {
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i) vec[i] = pack(i, value);
+  }
+
+  // Vector i of value(i, j), rounded to T.
+  template <class F>
+  __device__ __forceinline__ static Vec pack(int i, F&& value) {
+    Vec out;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k)
+      out.w[k] = Word(kPerWord == 2 ? Bits::pack(value(i, 2 * k), value(i, 2 * k + 1)) : Bits::pack(value(i, k), 0.f));
+    return out;
+  }
+
+  // Makes the words opaque to the compiler here, so that a later pass over them converts them to
+  // fp32 again instead of keeping fp32 copies live from an earlier pass: those take twice the
+  // registers of the packed row.
+  __device__ __forceinline__ void keep_packed() {
+#pragma unroll
+    for (int i = 0; i < kVpt; ++i)
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) {
+        if constexpr (kPerWord == 2) asm volatile("" : "+r"(vec[i].w[k]));
+        else asm volatile("" : "+h"(vec[i].w[k]));
+      }
+  }
+};
+
+// Writes value(i, j) (fp32, rounded to T) for this thread's vectors among the row's first `n_vec`.
+template <class T, int kVec, int kVpt, class F>
+__device__ __forceinline__ void store_row(T* row, int n_vec, F&& value) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  auto* dst = reinterpret_cast<typename Frag::Vec*>(row);
+#pragma unroll
+  for (int i = 0; i < kVpt; ++i)
+    if (Frag::vec_index(i) < n_vec) dst[Frag::vec_index(i)] = Frag::pack(i, value);
+}
+
+struct Sum {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+
+// Butterfly over the warp: every lane ends with op over all 32 lanes.
+template <class V, class Op>
+__device__ __forceinline__ V warp_allreduce(V v, Op op) {
+#pragma unroll
+  for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) v = op(v, shfl_xor(v, lane_mask));
+  return v;
+}
+
+// op over every thread of the block, returned to every thread; blockDim.x is a multiple of 32.
+// Each warp reduces the warps' partials itself, so no value is broadcast through shared memory; the
+// second barrier keeps the next reduction from overwriting partials that a warp has not read yet.
+template <class V, class Op>
+__device__ __forceinline__ V block_allreduce(V v, Op op, V identity) {
+  __shared__ V partials[kMaxRowThreads / 32];
+  v = warp_allreduce(v, op);
+  if (blockDim.x == 32) return v;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partials[warp] = v;
+  __syncthreads();
+  v = warp_allreduce(lane < int(blockDim.x / 32) ? partials[lane] : identity, op);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float block_sum(float v) { return block_allreduce(v, Sum{}, 0.f); }
+__device__ __forceinline__ float block_max(float v) { return block_allreduce(v, Max{}, -INFINITY); }
+
+}  // namespace topt::kernels

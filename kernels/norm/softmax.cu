@@ -1,0 +1,90 @@
+#include <algorithm>
+#include <cmath>
+
+#include "harness/cuda_check.h"
+#include "kernels/norm/softmax.cuh"
+
+namespace topt::kernels {
+
+namespace {
+
+// 4 vectors per thread (128 threads for a 4096-wide bf16 row): the tiling measured for this family.
+constexpr int kSoftmaxVectorsPerThread = 4;
+
+// Room kept beside a staged row for the kernel's static shared memory (the reductions' partials,
+// a few hundred bytes).
+constexpr int64_t kStaticSharedReserve = 1024;
+
+// Shared memory one block may take on the current device.
+int64_t max_block_shared_bytes() {
+  int device = 0, bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+// The staged kernel: threads take 4 vectors each, at most 512 threads a block.
+template <class T>
+void launch_staged(const SoftmaxArgs<T>& args, int64_t rows, SoftmaxAlgo algo, cudaStream_t stream) {
+  const int64_t n_vec = args.cols / 8;
+  if (n_vec * 16 + kStaticSharedReserve > max_block_shared_bytes())
+    throw Unsupported("softmax: a staged row of " + std::to_string(n_vec * 16) +
+                      " bytes exceeds the shared memory one block may take here");
+  const int threads = int(std::min<int64_t>(512, (n_vec + 4 * 32 - 1) / (4 * 32) * 32));
+  const int smem = int(n_vec * 16);
+  auto launch = [&](auto kernel) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared));
+    kernel<<<unsigned(rows), threads, smem, stream>>>(args);
+  };
+  if (algo == SoftmaxAlgo::online) launch(softmax_staged_kernel<T, SoftmaxAlgo::online>);
+  else launch(softmax_staged_kernel<T, SoftmaxAlgo::two_pass>);
+}
+
+template <bool kCausal>
+void launch_softmax(const char* op, const char* width_axis, const void* x, void* y, int64_t rows, int64_t cols,
+                    float scale, DType dtype, SoftmaxAlgo algo, bool read_masked, RowStorage storage,
+                    cudaStream_t stream) {
+  if (auto why = row_unsupported(rows, cols, dtype, width_axis); !why.empty())
+    throw Unsupported(std::string(op) + ": " + why);
+  if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
+  if (storage == RowStorage::shared_memory)
+    if (auto why = softmax_staged_unsupported(rows, cols, dtype); !why.empty()) throw Unsupported(why);
+  const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
+  dispatch_half_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const SoftmaxArgs<T> args{static_cast<const T*>(x), static_cast<T*>(y), int(cols), float(scale * M_LOG2E),
+                              read_masked};
+    if (storage == RowStorage::shared_memory) return launch_staged(args, rows, algo, stream);
+    dispatch_row_tiling<4, 8>(tiling, [&](auto vec, auto vpt) {
+      auto launch = [&](auto kernel) { kernel<<<unsigned(rows), tiling.threads, 0, stream>>>(args); };
+      constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
+      if (algo == SoftmaxAlgo::online) launch(softmax_kernel<T, kVec, kVpt, SoftmaxAlgo::online, kCausal>);
+      else launch(softmax_kernel<T, kVec, kVpt, SoftmaxAlgo::two_pass, kCausal>);
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype) {
+  if (auto why = row_unsupported(rows, cols, dtype, "cols"); !why.empty()) return why;
+  if (cols * int64_t(dtype_size(dtype)) % 16)
+    return "cols=" + std::to_string(cols) + ": the staged row is copied in 16-byte vectors (cols % 8 == 0)";
+  return "";
+}
+
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
+                     RowStorage storage, cudaStream_t stream) {
+  launch_softmax<false>("softmax", "cols", x, y, rows, cols, 1.f, dtype, algo, false, storage, stream);
+}
+
+void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
+                            SoftmaxAlgo algo, CausalLoads loads, cudaStream_t stream) {
+  launch_softmax<true>("causal_softmax", "seq", x, y, batch_heads * seq, seq, scale, dtype, algo,
+                       loads == CausalLoads::whole_row, RowStorage::registers, stream);
+}
+
+}  // namespace topt::kernels

@@ -1,0 +1,149 @@
+// The softmax kernel behind row softmax and scaled causal softmax: one block per row, the row held
+// in registers from its one read to its one write. y = exp2((x − max x)·s) / Σ exp2((x − max x)·s)
+// with s = scale·log2(e) > 0: subtracting before scaling keeps x − max exact for inputs near ±1e4.
+#pragma once
+#include "kernels/norm/row_tile.cuh"
+#include "kernels/norm/softmax.h"
+
+namespace topt::kernels {
+
+template <class T>
+struct SoftmaxArgs {
+  const T* x;  // [rows, cols]; causal: [batch·heads, seq, seq], cols = seq
+  T* y;
+  int cols;
+  float scale_log2e;  // the op's scale times log2(e); > 0
+  bool read_masked;   // causal only: also load the masked keys (the whole row), for the ladder
+};
+
+// exp2 on the special-function unit (a few ulp; subnormal results flush to 0), exp2(−inf) = 0.
+__device__ __forceinline__ float fast_exp2(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
+
+// The online-softmax state of part of a row: its max x, and Σ exp2((x − max)·s) over it.
+struct MaxSum {
+  float max, sum;
+};
+
+// Merges two parts' states: each sum is rescaled to the larger max.
+struct MergeMaxSum {
+  float scale_log2e;
+  // exp2((from − to)·s) for to ≥ from: 0 where `from` is −inf, i.e. the part saw no finite input.
+  __device__ __forceinline__ float rescale(float from, float to) const {
+    return from == -INFINITY ? 0.f : fast_exp2((from - to) * scale_log2e);
+  }
+  __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const {
+    const float m = fmaxf(a.max, b.max);
+    return {m, a.sum * rescale(a.max, m) + b.sum * rescale(b.max, m)};
+  }
+};
+
+__device__ __forceinline__ MaxSum shfl_xor(MaxSum v, int lane_mask) {
+  return {shfl_xor(v.max, lane_mask), shfl_xor(v.sum, lane_mask)};
+}
+
+// The max to subtract: 0 for a row with no finite input, whose exp2 terms are then all 0, so that
+// its output is zeros rather than NaN (−inf − −inf).
+__device__ __forceinline__ float finite_or_zero(float max) { return max == -INFINITY ? 0.f : max; }
+
+// The row's max x (0 if it has no finite element) and Σ exp2((x − max)·s), reduced over the block
+// with kAlgo. for_each(f) calls f(x) for each of this thread's elements (−inf where masked).
+template <SoftmaxAlgo kAlgo, class ForEach>
+__device__ __forceinline__ MaxSum block_max_sum(ForEach&& for_each, float scale_log2e) {
+  if constexpr (kAlgo == SoftmaxAlgo::two_pass) {
+    float max = -INFINITY;
+    for_each([&](float x) { max = fmaxf(max, x); });
+    max = finite_or_zero(block_max(max));
+    float sum = 0.f;
+    for_each([&](float x) { sum += fast_exp2((x - max) * scale_log2e); });
+    return {max, block_sum(sum)};
+  } else {
+    MaxSum part{-INFINITY, 0.f};
+    for_each([&](float x) { part.max = fmaxf(part.max, x); });
+    const float part_max = finite_or_zero(part.max);
+    for_each([&](float x) { part.sum += fast_exp2((x - part_max) * scale_log2e); });
+    const MaxSum total = block_allreduce(part, MergeMaxSum{scale_log2e}, MaxSum{-INFINITY, 0.f});
+    return {finite_or_zero(total.max), total.sum};
+  }
+}
+
+__device__ __forceinline__ float inverse_or_zero(float sum) { return sum > 0.f ? 1.f / sum : 0.f; }
+
+// The row in registers: one read, one write, and every pass over registers.
+template <class T, int kVec, int kVpt, SoftmaxAlgo kAlgo, bool kCausal>
+__global__ void __launch_bounds__(kMaxRowThreads) softmax_kernel(const SoftmaxArgs<T> a) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  const int n_vec = a.cols / kVec;
+  const size_t row = size_t(blockIdx.x) * a.cols;
+  // Causal: row r is query r % seq of its head; keys past it are masked. Only the vectors holding a
+  // key at or before the query are loaded; the rest of the row is written as zeros.
+  const int n_keys = kCausal ? int(blockIdx.x % unsigned(a.cols)) + 1 : a.cols;
+  const int n_load = kCausal && !a.read_masked ? (n_keys + kVec - 1) / kVec : n_vec;
+
+  Frag x;
+  x.load(a.x + row, n_load, -INFINITY);
+  auto value = [&](int i, int j) { return kCausal && Frag::col(i, j) >= n_keys ? -INFINITY : x.at(i, j); };
+  auto for_each = [&](auto&& f) {
+    for_each_element<kVpt, kVec>([&](int i, int j) { f(value(i, j)); });
+    x.keep_packed();
+  };
+  const MaxSum stats = block_max_sum<kAlgo>(for_each, a.scale_log2e);
+  const float inv_sum = inverse_or_zero(stats.sum);
+  store_row<T, kVec, kVpt>(a.y + row, n_vec, [&](int i, int j) {
+    if (kCausal && Frag::vec_index(i) >= n_load) return 0.f;
+    return fast_exp2((value(i, j) - stats.max) * a.scale_log2e) * inv_sum;
+  });
+}
+
+// 16 bytes from global to shared memory without passing through registers (LDGSTS), L2 only.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(unsigned(__cvta_generic_to_shared(smem))),
+               "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+// The row staged in shared memory instead of registers: ~60 registers per thread cap a 32768-wide
+// row at one 1024-thread block per SM, shared memory holds three. Rows of 16-byte vectors
+// (cols % 8 == 0), one read, one write; dynamic shared memory of cols elements.
+template <class T, SoftmaxAlgo kAlgo>
+__global__ void __launch_bounds__(kMaxRowThreads) softmax_staged_kernel(const SoftmaxArgs<T> a) {
+  using Frag = RowFragment<T, 8, 1>;  // one 16-byte vector
+  using Vec = typename Frag::Vec;
+  extern __shared__ uint4 staged_row[];
+  Vec* s_row = reinterpret_cast<Vec*>(staged_row);  // (cols / 8) vectors of this block's row
+  const int n_vec = a.cols / 8;
+  const size_t row = size_t(blockIdx.x) * a.cols;
+  const Vec* g_row = reinterpret_cast<const Vec*>(a.x + row);
+  for (int v = threadIdx.x; v < n_vec; v += blockDim.x) cp_async_16(&s_row[v], &g_row[v]);
+  cp_async_wait_all();
+  __syncthreads();
+
+  auto vector = [&](int v) {
+    Frag f;
+    f.vec[0] = s_row[v];
+    return f;
+  };
+  auto for_each = [&](auto&& f) {
+#pragma unroll 4
+    for (int v = threadIdx.x; v < n_vec; v += blockDim.x) {
+      const Frag x = vector(v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f(x.at(0, j));
+    }
+  };
+  const MaxSum stats = block_max_sum<kAlgo>(for_each, a.scale_log2e);
+  const float inv_sum = inverse_or_zero(stats.sum);
+  Vec* y_row = reinterpret_cast<Vec*>(a.y + row);
+#pragma unroll 4
+  for (int v = threadIdx.x; v < n_vec; v += blockDim.x) {
+    const Frag x = vector(v);
+    y_row[v] = Frag::pack(0, [&](int, int j) { return fast_exp2((x.at(0, j) - stats.max) * a.scale_log2e) * inv_sum; });
+  }
+}
+
+}  // namespace topt::kernels

@@ -1,0 +1,47 @@
+// Fused softmax forward kernels: row softmax over the last dim, and the scaled, causally masked
+// softmax over attention scores. bf16/fp16 in and out, fp32 math, the row max subtracted first.
+// A row whose every input is −inf (or masked) gives zeros, not NaN: no key takes any weight.
+// Launchers enqueue on `stream` and never synchronize; they throw Unsupported for what
+// row_unsupported() (kernels/norm/row_tiling.h) refuses.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "harness/dtype.h"
+#include "kernels/norm/row_tiling.h"
+
+namespace topt::kernels {
+
+// How a block reduces its row to the max and the sum of exponentials (kernels/norm/NOTES.md
+// compares the two).
+enum class SoftmaxAlgo {
+  two_pass,  // block max, then block sum of exp(x − max): two block reductions
+  online,    // each thread's (max, sum) pair, merged in one block reduction with rescaling
+};
+
+// Where a block holds its row between the one read and the one write.
+enum class RowStorage {
+  registers,      // packed in registers; one 1024-thread block per SM at 32768 wide
+  shared_memory,  // staged by cp.async, three 32768-wide rows per SM; measured no faster (NOTES.md)
+};
+
+// "" when the shared-memory path takes this shape (16-byte vectors), else why not; the launch also
+// refuses a row larger than the device lets one block hold.
+std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype);
+
+// y = softmax(x) over each row of x [rows, cols].
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
+                     RowStorage storage, cudaStream_t stream);
+
+// Which keys the causal kernel loads: the masked ones carry no information, so skipping them halves
+// the bytes read over a square score matrix.
+enum class CausalLoads { unmasked_keys, whole_row };
+
+// y[b, i, :] = softmax(scale · x[b, i, :] with keys j > i masked to −inf) for scores x
+// [batch_heads, seq, seq]; scale > 0 (attention: 1/sqrt(head_dim)).
+void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
+                            SoftmaxAlgo algo, CausalLoads loads, cudaStream_t stream);
+
+}  // namespace topt::kernels
