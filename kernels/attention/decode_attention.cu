@@ -1,0 +1,690 @@
+// Split-KV decode attention over a paged cache (flash-decoding), GQA groups packed per block.
+// Napkin math: decode is a pass over the cache. Llama-2-70B (8 KV heads, head_dim 128, bf16) holds
+// 4 KiB of K+V per token; a 32k context is 134 MB, 45 µs at 3 TB/s. Per K or V element a block does
+// `rows` (= group heads × q_len) FMAs: 8 for GQA decode. On CUDA cores (the simt variant) that is
+// ~1400 instructions per warp per 64-token tile, about half of what an SM can issue while its share
+// of DRAM bandwidth delivers the tile; tensor cores (the mma variant: mma.sync m16n8k16 with the
+// group's rows as M) need ~150, so only the memory pipeline is left to keep busy.
+//
+// One block = (split, row block, sequence·KV head), 4 warps. Each pipeline stage holds a tile of 64
+// tokens of K and V (cp.async, 16-byte chunks, XOR-swizzled against bank conflicts); each warp owns
+// 16 of those tokens and keeps its own running softmax and output, merged across warps at the end;
+// the last block of a (sequence, KV head) to finish merges the splits by their log-sum-exp.
+#include "kernels/attention/decode_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "harness/cuda_check.h"
+#include "harness/dtype_traits.cuh"
+#include "kernels/attention/kv_cache.h"
+#include "kernels/norm/row_tile.cuh"
+
+namespace topt::kernels {
+
+namespace {
+
+constexpr int kHeadDim = 128;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTokensPerWarp = 16;
+constexpr int kTile = kWarps * kTokensPerWarp;   // tokens per pipeline stage
+constexpr int kStages = 2;
+constexpr int kChunk = 8;                        // 16-bit elements per 16-byte chunk
+constexpr int kChunksPerRow = kHeadDim / kChunk;
+constexpr int kMaxRowsPerBlock = 16;
+constexpr int kMmaRows = 16;                     // the mma variant's M: rows beyond the group's are zeros
+constexpr int kMaxSplitPages = 512;              // page ids one block keeps in shared memory
+constexpr double kMinWaveEfficiency = 0.8;       // busy fraction of the last wave that the split count aims for
+// simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
+// halves of a warp, each reading one row's q at the same dims, hit different banks.
+constexpr int kQHalfSkew = 4;
+static_assert(kHeadDim == 4 * 32, "the simt output phase gives each lane 4 dims of the head");
+static_assert(kThreads == kHeadDim, "the epilogue gives each thread one dim");
+static_assert(kTokensPerWarp == 16, "the mma variant's warp tile is two n8 tiles of tokens");
+
+struct DecodeParams {
+  const void* q;
+  void* o;
+  const void* k_pages;
+  const void* v_pages;
+  const int32_t* block_table;
+  const int32_t* seq_lens;
+  float* partial_o;    // (groups, rows_total, splits, kHeadDim), normalized per split
+  float* partial_lse;  // (groups, rows_total, splits), log2 domain; -inf: the split saw no key
+  int* counters;       // (groups, row_blocks): splits finished, reset by the last one
+  int kv_heads, q_len, rows_total, page_size, max_pages_per_seq, splits, split_tokens;
+  int page_shift;      // log2(page_size): page sizes are powers of two
+  float scale_log2;    // softmax scale · log2(e): scores live in the log2 domain (exp2)
+};
+
+// Byte offsets into a block's dynamic shared memory; the simt variant adds q, p and alpha.
+template <int ROWS, bool kSimt>
+struct SmemLayout {
+  static constexpr size_t kv_stage = size_t(kTile) * kHeadDim * 2;
+  static constexpr size_t k = 0;                                        // (kStages, kTile, kHeadDim)
+  static constexpr size_t v = k + kStages * kv_stage;                   // (kStages, kTile, kHeadDim)
+  static constexpr size_t m = v + kStages * kv_stage;                   // (kWarps, ROWS): running max
+  static constexpr size_t l = m + size_t(kWarps) * ROWS * 4;            // (kWarps, ROWS): running sum
+  static constexpr size_t pages = l + size_t(kWarps) * ROWS * 4;        // (kMaxSplitPages)
+  static constexpr size_t q = pages + size_t(kMaxSplitPages) * 4;       // (ROWS, kHeadDim) fp32, skewed
+  static constexpr size_t p = q + (size_t(ROWS) * kHeadDim + kQHalfSkew) * 4;      // (kWarps, kTokensPerWarp, ROWS)
+  static constexpr size_t alpha = p + size_t(kWarps) * kTokensPerWarp * ROWS * 4;  // (kWarps, ROWS)
+  static constexpr size_t bytes = kSimt ? alpha + size_t(kWarps) * ROWS * 4 : q;
+  static_assert(size_t(kWarps) * ROWS * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
+};
+
+// Element offset of chunk `chunk` of tile row `token`: chunks XOR-swizzled by the row, so that the
+// 8 lanes (or ldmatrix row addresses) reading the same chunk of 8 rows hit 8 different bank groups.
+__device__ __forceinline__ int swizzled(int token, int chunk) {
+  return (token * kChunksPerRow + (chunk ^ (token & 7))) * kChunk;
+}
+
+// 16 bytes global -> shared, asynchronously; with `valid` false the 16 bytes are zero-filled instead,
+// so a tile's rows past the sequence's end hold zeros, never stale values (0 · NaN would poison).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const unsigned dst_shared = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 16-bit matrices from shared memory; lanes 8i … 8i+7 give the row addresses of matrix i.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// d += a · b for a (16x16, row) and b (16x8, col) of T, d fp32.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int kLanes>
+__device__ __forceinline__ float lanes_max(float x) {
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+template <int kLanes>
+__device__ __forceinline__ float lanes_sum(float x) {
+#pragma unroll
+  for (int off = kLanes / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// The exponent base of a running max: a row that has seen no visible key yet (max -inf) uses 0, so
+// exp2(-inf - base) gives weights of 0 rather than NaN.
+__device__ __forceinline__ float exp_base(float running_max) { return running_max == -INFINITY ? 0.f : running_max; }
+
+// One online-softmax step for a row, given the tile's scores of it that this lane holds, reduced
+// over kLanes lanes: updates the running max and sum, turns the scores into weights, returns the
+// factor that rescales the row's running output.
+template <int kLanes, int N>
+__device__ __forceinline__ float online_softmax_step(float (&s)[N], float& m_run, float& l_run) {
+  float tile_max = s[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) tile_max = fmaxf(tile_max, s[i]);
+  const float m_new = fmaxf(m_run, lanes_max<kLanes>(tile_max));
+  const float base = exp_base(m_new);
+  float tile_sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) tile_sum += s[i] = exp2f(s[i] - base);
+  const float alpha = exp2f(m_run - base);
+  l_run = l_run * alpha + lanes_sum<kLanes>(tile_sum);
+  m_run = m_new;
+  return alpha;
+}
+
+// Where a block sits: its split of one sequence's cache and its rows of one KV head's queries.
+struct BlockPlace {
+  int split, row_block, group, b, kv_head, len, begin, end, row0, rows;
+  // q and o are [batch, heads, q_len, head_dim], so a group's rows (head-in-group · q_len + token)
+  // are contiguous: row r of this block is row first_row + r of all of them.
+  int64_t first_row;
+
+  __device__ BlockPlace(const DecodeParams& p, int rows_per_block)
+      : split(blockIdx.x), row_block(blockIdx.y), group(blockIdx.z), b(group / p.kv_heads),
+        kv_head(group % p.kv_heads), len(p.seq_lens[b]), begin(split * p.split_tokens),
+        end(min(len, begin + p.split_tokens)), row0(row_block * rows_per_block),
+        rows(min(rows_per_block, p.rows_total - row0)), first_row(int64_t(group) * p.rows_total + row0) {}
+
+  // Keys before it are visible to block row r: causal among the q_len new tokens.
+  __device__ int key_end(const DecodeParams& p, int r) const {
+    const int row = row0 + r;
+    return row < p.rows_total ? len - p.q_len + 1 + row % p.q_len : len;
+  }
+};
+
+// Streams a split's K and V tiles into the shared-memory stages; the split's page ids are read once
+// (the page table, prefetched) and looked up from shared memory per token.
+template <class T>
+struct TileLoader {
+  const DecodeParams& p;
+  const BlockPlace& place;
+  T* sK;        // (kStages, kTile, kHeadDim), swizzled
+  T* sV;        // (kStages, kTile, kHeadDim), swizzled
+  int* sPages;  // (kMaxSplitPages)
+  int first_page;
+
+  __device__ TileLoader(const DecodeParams& p, const BlockPlace& place, unsigned char* smem, size_t k_off,
+                        size_t v_off, size_t pages_off)
+      : p(p), place(place), sK(reinterpret_cast<T*>(smem + k_off)), sV(reinterpret_cast<T*>(smem + v_off)),
+        sPages(reinterpret_cast<int*>(smem + pages_off)), first_page(place.begin / p.page_size) {
+    const int n_pages = (place.end - 1) / p.page_size - first_page + 1;
+    const int32_t* table = p.block_table + int64_t(place.b) * p.max_pages_per_seq + first_page;
+    for (int i = threadIdx.x; i < n_pages; i += kThreads) sPages[i] = table[i];
+    __syncthreads();
+  }
+
+  __device__ int tiles() const { return (place.end - place.begin + kTile - 1) / kTile; }
+  __device__ const T* k_stage(int stage) const { return sK + stage * kTile * kHeadDim; }
+  __device__ const T* v_stage(int stage) const { return sV + stage * kTile * kHeadDim; }
+
+  __device__ void load(int tile, int stage) const {
+    const T* k_pages = static_cast<const T*>(p.k_pages);
+    const T* v_pages = static_cast<const T*>(p.v_pages);
+    const int tile_start = place.begin + tile * kTile;
+    for (int i = threadIdx.x; i < kTile * kChunksPerRow; i += kThreads) {
+      const int j = i / kChunksPerRow, c = i % kChunksPerRow;
+      const bool valid = tile_start + j < place.end;
+      const int token = valid ? tile_start + j : place.begin;  // a zero-fill still needs a valid address
+      const int page = sPages[(token >> p.page_shift) - first_page];
+      const int64_t src = ((int64_t(page) * p.kv_heads + place.kv_head) * p.page_size + (token & (p.page_size - 1))) *
+                              kHeadDim +
+                          c * kChunk;
+      const int dst = stage * kTile * kHeadDim + swizzled(j, c);
+      cp_async_16(sK + dst, k_pages + src, valid);
+      cp_async_16(sV + dst, v_pages + src, valid);
+    }
+  }
+
+  // Double-buffered: tile t + 1 loads while compute(t, stage) runs on tile t.
+  template <class Compute>
+  __device__ void run(Compute&& compute) const {
+    const int n_tiles = tiles();
+    load(0, 0);
+    cp_async_commit();
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      if (tile + 1 < n_tiles) load(tile + 1, (tile + 1) % kStages);
+      cp_async_commit();  // possibly empty, so that one pending group always means "the next tile"
+      cp_async_wait<1>();
+      __syncthreads();
+      compute(tile, tile % kStages);
+      __syncthreads();  // the next iteration's loads overwrite this stage
+    }
+    cp_async_wait<0>();
+  }
+};
+
+// The block's output from the warps' partials: sRed (kWarps, ROWS, kHeadDim) already rescaled to the
+// rows' common max, sM and sL (kWarps, ROWS) the warps' running max and sum. Writes o directly when
+// there is one split, else this split's normalized partial and its log-sum-exp.
+template <class T, int ROWS>
+__device__ void write_block_output(const DecodeParams& p, const BlockPlace& place, const float* sRed,
+                                   const float* sM, const float* sL) {
+  const int d = threadIdx.x;
+  for (int r = 0; r < place.rows; ++r) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * ROWS + r]);
+    const float base = exp_base(m);
+    float l = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      l += sL[w * ROWS + r] * exp2f(sM[w * ROWS + r] - base);
+      o += sRed[(w * ROWS + r) * kHeadDim + d];
+    }
+    o = l > 0.f ? o / l : 0.f;
+    const int64_t row = place.first_row + r;
+    if (p.splits == 1) {
+      static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o);
+    } else {
+      p.partial_o[(row * p.splits + place.split) * kHeadDim + d] = o;
+      if (d == 0) p.partial_lse[row * p.splits + place.split] = l > 0.f ? base + log2f(l) : -INFINITY;
+    }
+  }
+}
+
+// A split past its sequence's end saw no key.
+__device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place) {
+  for (int r = threadIdx.x; r < place.rows; r += kThreads)
+    p.partial_lse[(place.first_row + r) * p.splits + place.split] = -INFINITY;
+}
+
+// Publishes this split; the group's last block to finish combines all splits by their log-sum-exp.
+template <class T>
+__device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& place) {
+  __shared__ bool s_last_split;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.counters + int64_t(place.group) * gridDim.y + place.row_block;
+    s_last_split = atomicAdd(counter, 1) == p.splits - 1;
+    if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
+  }
+  __syncthreads();
+  if (!s_last_split) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < place.rows * kHeadDim; i += kThreads) {
+    const int64_t row = place.first_row + i / kHeadDim;
+    const int d = i % kHeadDim;
+    const float* lse = p.partial_lse + row * p.splits;
+    float m = -INFINITY;
+    for (int s = 0; s < p.splits; ++s) m = fmaxf(m, __ldcg(lse + s));
+    float sum = 0.f, o = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float l = __ldcg(lse + s);
+      if (l == -INFINITY) continue;
+      const float w = exp2f(l - m);
+      sum += w;
+      o = fmaf(w, __ldcg(p.partial_o + (row * p.splits + s) * kHeadDim + d), o);
+    }
+    static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o / sum);
+  }
+}
+
+// simt: fp32 FMAs from shared memory. Score phase: lane % 16 is the lane's token, lane / 16 its half
+// of the rows; output phase: the warp's 16 tokens into every row, 4 dims per lane.
+template <class T, int ROWS>
+__global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParams p) {
+  static_assert(ROWS >= 1 && ROWS <= kMaxRowsPerBlock && (ROWS & (ROWS - 1)) == 0, "ROWS: 1, 2, 4, 8 or 16");
+  using Layout = SmemLayout<ROWS, true>;
+  using Bits = PackedBits<T>;
+  constexpr int kRowsPerLane = ROWS > 1 ? ROWS / 2 : 1;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sQ = reinterpret_cast<float*>(smem + Layout::q);          // (ROWS, kHeadDim) skewed, times scale_log2
+  float* sP = reinterpret_cast<float*>(smem + Layout::p);          // (kWarps, kTokensPerWarp, ROWS)
+  float* sAlpha = reinterpret_cast<float*>(smem + Layout::alpha);  // (kWarps, ROWS): this tile's rescale
+  float* sM = reinterpret_cast<float*>(smem + Layout::m);
+  float* sL = reinterpret_cast<float*>(smem + Layout::l);
+  auto q_row = [](int r) { return r * kHeadDim + (r >= kRowsPerLane ? kQHalfSkew : 0); };
+
+  const BlockPlace place(p, ROWS);
+  if (place.begin < place.end) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const T* q = static_cast<const T*>(p.q) + place.first_row * kHeadDim;
+    for (int i = tid; i < ROWS * kHeadDim; i += kThreads) {
+      const int r = i / kHeadDim;
+      sQ[q_row(r) + i % kHeadDim] = r < place.rows ? to_f32(q[i]) * p.scale_log2 : 0.f;
+    }
+    const TileLoader<T> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);  // syncs: sQ is ready
+
+    const int tok = lane % kTokensPerWarp, half = lane / kTokensPerWarp;
+    const int lane_row0 = half * kRowsPerLane;
+    const bool lane_has_rows = lane_row0 < ROWS;  // false only for the second half when ROWS == 1
+    float m_run[kRowsPerLane], l_run[kRowsPerLane];
+    int key_end[kRowsPerLane];
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      m_run[i] = -INFINITY;
+      l_run[i] = 0.f;
+      key_end[i] = place.key_end(p, lane_row0 + i);
+    }
+    float acc[ROWS][4];  // this warp's output for every row, this lane's dims 4·lane … 4·lane + 3
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[r][e] = 0.f;
+    float* sPw = sP + warp * kTokensPerWarp * ROWS;  // (kTokensPerWarp, ROWS)
+    float* sAlphaW = sAlpha + warp * ROWS;
+
+    loader.run([&](int tile, int stage) {
+      const T* sK_tile = loader.k_stage(stage);  // (kTile, kHeadDim)
+      const T* sV_tile = loader.v_stage(stage);  // (kTile, kHeadDim)
+      const int j = warp * kTokensPerWarp + tok;
+      const int key = place.begin + tile * kTile + j;
+      float s[kRowsPerLane][1];
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) s[i][0] = 0.f;
+      if (lane_has_rows) {
+#pragma unroll
+        for (int c = 0; c < kChunksPerRow; ++c) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(sK_tile + swizzled(j, c));
+          const float k8[kChunk] = {Bits::lo(raw.x), Bits::hi(raw.x), Bits::lo(raw.y), Bits::hi(raw.y),
+                                    Bits::lo(raw.z), Bits::hi(raw.z), Bits::lo(raw.w), Bits::hi(raw.w)};
+#pragma unroll
+          for (int i = 0; i < kRowsPerLane; ++i) {
+            const float4* q8 = reinterpret_cast<const float4*>(sQ + q_row(lane_row0 + i) + c * kChunk);
+            const float4 a = q8[0], z = q8[1];
+            float& si = s[i][0];
+            si = fmaf(a.x, k8[0], fmaf(a.y, k8[1], fmaf(a.z, k8[2], fmaf(a.w, k8[3], si))));
+            si = fmaf(z.x, k8[4], fmaf(z.y, k8[5], fmaf(z.z, k8[6], fmaf(z.w, k8[7], si))));
+          }
+        }
+      }
+      // Each half of the warp reduces its own rows over its 16 lanes.
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) {
+        if (!(key < key_end[i] && key < place.end)) s[i][0] = -INFINITY;
+        const float alpha = online_softmax_step<kTokensPerWarp>(s[i], m_run[i], l_run[i]);
+        if (lane_has_rows) {
+          sPw[tok * ROWS + lane_row0 + i] = s[i][0];
+          if (tok == 0) sAlphaW[lane_row0 + i] = alpha;
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const float alpha = sAlphaW[r];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[r][e] *= alpha;
+      }
+#pragma unroll 4
+      for (int jj = 0; jj < kTokensPerWarp; ++jj) {
+        const int jt = warp * kTokensPerWarp + jj;
+        const uint2 raw = *reinterpret_cast<const uint2*>(sV_tile + swizzled(jt, lane / 2) + (lane % 2) * 4);
+        const float v4[4] = {Bits::lo(raw.x), Bits::hi(raw.x), Bits::lo(raw.y), Bits::hi(raw.y)};
+        float pr[ROWS];
+        if constexpr (ROWS % 4 == 0) {
+#pragma unroll
+          for (int r = 0; r < ROWS; r += 4) {
+            const float4 p4 = *reinterpret_cast<const float4*>(sPw + jj * ROWS + r);
+            pr[r] = p4.x, pr[r + 1] = p4.y, pr[r + 2] = p4.z, pr[r + 3] = p4.w;
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) pr[r] = sPw[jj * ROWS + r];
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(pr[r], v4[e], acc[r][e]);
+      }
+    });
+
+    // Merge the warps: rescale each warp's output to the rows' common max, sum in shared memory.
+    if (lane_has_rows && tok == 0)
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) {
+        sM[warp * ROWS + lane_row0 + i] = m_run[i];
+        sL[warp * ROWS + lane_row0 + i] = l_run[i];
+      }
+    __syncthreads();
+    float* sRed = reinterpret_cast<float*>(smem + Layout::k);  // (kWarps, ROWS, kHeadDim), over the K stages
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * ROWS + r]);
+      const float f = exp2f(sM[warp * ROWS + r] - exp_base(m));
+      *reinterpret_cast<float4*>(sRed + (warp * ROWS + r) * kHeadDim + 4 * lane) =
+          make_float4(acc[r][0] * f, acc[r][1] * f, acc[r][2] * f, acc[r][3] * f);
+    }
+    __syncthreads();
+    write_block_output<T, ROWS>(p, place, sRed, sM, sL);
+  } else {
+    write_empty_split(p, place);
+  }
+  if (p.splits > 1) combine_if_last_split<T>(p, place);
+}
+
+// mma: tensor cores, mma.sync m16n8k16 with the block's 16 rows as M. Per warp and tile, scores
+// (16 rows, 16 tokens) = q (16, 128) · kᵀ, K as B straight from ldmatrix; the weights stay in
+// registers as the A operand of (16 rows, 128 dims) += p (16, 16 tokens) · V, V through
+// ldmatrix.trans. Lane l holds rows l/4 and l/4 + 8 of every fragment (PTX's groupID).
+template <class T>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams p) {
+  using Layout = SmemLayout<kMmaRows, false>;
+  using Bits = PackedBits<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sM = reinterpret_cast<float*>(smem + Layout::m);
+  float* sL = reinterpret_cast<float*>(smem + Layout::l);
+
+  const BlockPlace place(p, kMmaRows);
+  if (place.begin < place.end) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t4 = lane % 4;  // fragment row (and row + 8), column pair
+    // q as A fragments, (8 k-steps of 16 dims) x 4 registers, from global once; rows past the block's are 0.
+    uint32_t q_frag[kHeadDim / 16][4];
+    {
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.q) + place.first_row * kHeadDim);
+      auto q_pair = [&](int r, int dim) { return r < place.rows ? q[(r * kHeadDim + dim) / 2] : 0u; };
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        q_frag[kk][0] = q_pair(g, kk * 16 + 2 * t4);
+        q_frag[kk][1] = q_pair(g + 8, kk * 16 + 2 * t4);
+        q_frag[kk][2] = q_pair(g, kk * 16 + 8 + 2 * t4);
+        q_frag[kk][3] = q_pair(g + 8, kk * 16 + 8 + 2 * t4);
+      }
+    }
+    const TileLoader<T> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
+
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows g, g + 8
+    const int key_end[2] = {place.key_end(p, g), place.key_end(p, g + 8)};
+    float o[kHeadDim / 8][4];  // (16 n8 tiles of dims) x C fragment
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+    const int n0 = warp * kTokensPerWarp;  // the warp's first token in the tile
+    // ldmatrix row addresses: lane l names row l % 8 of matrix l / 8.
+    const int mat = lane / 8, mat_row = lane % 8;
+
+    loader.run([&](int tile, int stage) {
+      const T* sK_tile = loader.k_stage(stage);  // (kTile, kHeadDim)
+      const T* sV_tile = loader.v_stage(stage);  // (kTile, kHeadDim)
+      float s[2][4] = {};  // (2 n8 tiles of tokens) x C fragment
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        // Matrices: (tokens 0-7, dims lo), (tokens 0-7, dims hi), (tokens 8-15, lo), (tokens 8-15, hi).
+        uint32_t kb[4];
+        ldmatrix_x4<false>(kb, sK_tile + swizzled(n0 + (mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
+        mma_16816<T>(s[0], q_frag[kk], kb[0], kb[1]);
+        mma_16816<T>(s[1], q_frag[kk], kb[2], kb[3]);
+      }
+      // Softmax per row half h (row g + 8h): its values are s[n][2h], s[n][2h + 1] over the quad.
+      const int key0 = place.begin + tile * kTile + n0;
+      uint32_t p_frag[4];  // the weights as the A operand: rows g, g + 8 x tokens 0-7, 8-15
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + (e / 2) * 8 + 2 * t4 + e % 2;
+          const float score = s[e / 2][2 * h + e % 2] * p.scale_log2;
+          w[e] = key < key_end[h] && key < place.end ? score : -INFINITY;
+        }
+        const float alpha = online_softmax_step<4>(w, m_run[h], l_run[h]);
+#pragma unroll
+        for (int n = 0; n < kHeadDim / 8; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
+        p_frag[h] = Bits::pack(w[0], w[1]);      // tokens 2·t4, +1 (k 0-7)
+        p_frag[2 + h] = Bits::pack(w[2], w[3]);  // tokens 8 + 2·t4, +1 (k 8-15)
+      }
+#pragma unroll
+      for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+        // Matrices: (tokens 0-7, dims lo), (tokens 8-15, lo), (tokens 0-7, hi), (tokens 8-15, hi).
+        uint32_t vb[4];
+        ldmatrix_x4<true>(vb, sV_tile + swizzled(n0 + (mat % 2) * 8 + mat_row, dp * 2 + mat / 2));
+        mma_16816<T>(o[2 * dp], p_frag, vb[0], vb[1]);
+        mma_16816<T>(o[2 * dp + 1], p_frag, vb[2], vb[3]);
+      }
+    });
+
+    // Merge the warps, as the simt variant does, from the C fragments.
+    if (t4 == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sM[warp * kMmaRows + g + 8 * h] = m_run[h];
+        sL[warp * kMmaRows + g + 8 * h] = l_run[h];
+      }
+    __syncthreads();
+    float* sRed = reinterpret_cast<float*>(smem + Layout::k);  // (kWarps, kMmaRows, kHeadDim)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * kMmaRows + r]);
+      const float f = exp2f(m_run[h] - exp_base(m));
+#pragma unroll
+      for (int n = 0; n < kHeadDim / 8; ++n)
+        *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + n * 8 + 2 * t4) =
+            make_float2(o[n][2 * h] * f, o[n][2 * h + 1] * f);
+    }
+    __syncthreads();
+    write_block_output<T, kMmaRows>(p, place, sRed, sM, sL);
+  } else {
+    write_empty_split(p, place);
+  }
+  if (p.splits > 1) combine_if_last_split<T>(p, place);
+}
+
+template <int R>
+using RowsTag = std::integral_constant<int, R>;
+
+// Calls f(kernel, dynamic shared bytes) for the variant, dtype and rows per block.
+template <class F>
+void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, F&& f) {
+  dispatch_half_dtype(dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    if (variant == DecodeVariant::mma) return f(decode_mma_kernel<T>, SmemLayout<kMmaRows, false>::bytes);
+    auto simt = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes);
+    };
+    switch (rows_per_block) {
+      case 1: return simt(RowsTag<1>{});
+      case 2: return simt(RowsTag<2>{});
+      case 4: return simt(RowsTag<4>{});
+      case 8: return simt(RowsTag<8>{});
+      case 16: return simt(RowsTag<16>{});
+      default: throw Unsupported("decode attention: unsupported rows per block " + std::to_string(rows_per_block));
+    }
+  });
+}
+
+int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+int page_shift(int page_size) {
+  int shift = 0;
+  while ((1 << shift) < page_size) ++shift;
+  return shift;
+}
+
+int rows_total(const PagedKv& kv, const DecodeShape& shape) { return shape.heads / kv.kv_heads * shape.q_len; }
+
+}  // namespace
+
+std::string DecodePlan::describe() const {
+  return std::string(variant == DecodeVariant::mma ? "mma" : "simt") + " rows_per_block=" +
+         std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
+         " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
+         " blocks_per_sm=" + std::to_string(blocks_per_sm);
+}
+
+std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape) {
+  if (kv.head_dim != kHeadDim)
+    return "unsupported head_dim " + std::to_string(kv.head_dim) + ": the decode kernel takes 128";
+  if (kv.dtype != DType::bf16 && kv.dtype != DType::f16)
+    return std::string("unsupported dtype ") + dtype_name(kv.dtype) + ": the decode kernel takes bf16 or fp16";
+  if (!valid_page_size(kv.page_size)) return "unsupported page_size " + std::to_string(kv.page_size);
+  if (kv.kv_heads < 1 || shape.heads % kv.kv_heads) return "heads must be a multiple of kv_heads";
+  if (shape.q_len < 1 || shape.q_len > 8) return "q_len must be 1 to 8";
+  if (int64_t(kv.batch) * kv.kv_heads > 65535) return "batch · kv_heads must be at most 65535 (grid z)";
+  return "";
+}
+
+DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant) {
+  if (std::string why = decode_unsupported(kv, shape); !why.empty()) throw Unsupported("decode attention: " + why);
+  DecodePlan plan;
+  plan.variant = variant;
+  const int rows = rows_total(kv, shape);
+  if (variant == DecodeVariant::mma) {
+    plan.rows_per_block = kMmaRows;
+  } else {
+    plan.rows_per_block = 1;
+    while (plan.rows_per_block < rows && plan.rows_per_block < kMaxRowsPerBlock) plan.rows_per_block *= 2;
+  }
+  plan.row_blocks = ceil_div(rows, plan.rows_per_block);
+  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, [&](auto* kernel, size_t smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, kThreads, smem));
+  });
+  int device = 0, sm_count = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+
+  // Splits: the fewest that fill the last wave of blocks to kMinWaveEfficiency, else the best fill.
+  const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
+  const double slots = double(sm_count) * std::max(plan.blocks_per_sm, 1);
+  const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
+  // A split must span at most kMaxSplitPages pages whatever its alignment to them.
+  const int max_split_tiles = std::max(1, (kMaxSplitPages - 1) * kv.page_size / kTile);
+  double best_efficiency = -1;
+  for (int want = 1; want <= tiles; ++want) {
+    const int split_tiles = ceil_div(tiles, want);
+    if (split_tiles > max_split_tiles) continue;
+    const int splits = ceil_div(tiles, split_tiles);
+    const double waves = double(groups) * splits / slots;
+    const double efficiency = waves / std::ceil(waves);
+    if (efficiency > best_efficiency) {
+      best_efficiency = efficiency;
+      plan.splits = splits;
+      plan.split_tokens = split_tiles * kTile;
+    }
+    if (efficiency >= kMinWaveEfficiency) break;
+  }
+  if (plan.splits > 1) {
+    const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
+    plan.workspace_bytes = size_t(partial_rows) * (kHeadDim + 1) * sizeof(float) + size_t(groups) * sizeof(int);
+  }
+  return plan;
+}
+
+void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream) {
+  if (plan.workspace_bytes) CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_bytes, stream));
+}
+
+void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
+                      const DecodePlan& plan, void* workspace, cudaStream_t stream) {
+  if (plan.splits > 1 && !workspace) throw std::invalid_argument("decode attention: the plan needs a workspace");
+  const int rows = rows_total(kv, shape);
+  const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
+  float* partial_o = static_cast<float*>(workspace);
+  const DecodeParams p{q,
+                       o,
+                       kv.k_pages,
+                       kv.v_pages,
+                       kv.block_table,
+                       kv.seq_lens,
+                       partial_o,
+                       partial_o ? partial_o + partial_rows * kHeadDim : nullptr,
+                       partial_o ? reinterpret_cast<int*>(partial_o + partial_rows * (kHeadDim + 1)) : nullptr,
+                       kv.kv_heads,
+                       shape.q_len,
+                       rows,
+                       kv.page_size,
+                       kv.max_pages_per_seq,
+                       plan.splits,
+                       plan.split_tokens,
+                       page_shift(kv.page_size),
+                       float(scale * 1.4426950408889634)};
+  const dim3 grid(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads));
+  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block,
+                  [&](auto* kernel, size_t smem) { kernel<<<grid, kThreads, smem, stream>>>(p); });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace topt::kernels

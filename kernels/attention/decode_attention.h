@@ -1,0 +1,55 @@
+// Decode attention over a paged KV cache: a few new query tokens per sequence (1, or 2–8 for
+// speculative verification, causal among themselves) against each sequence's whole cache.
+// Split-KV (flash-decoding): the cache of each (sequence, KV head) is cut into splits that run as
+// separate blocks, and the last block of a group to finish combines the splits' partial outputs by
+// their log-sum-exp. A GQA group's query heads are processed by one block, so each K/V byte is read
+// from memory once.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/attention/paged_kv.h"
+
+namespace topt::kernels {
+
+struct DecodeShape {
+  int heads = 0;    // query heads, a multiple of the cache's kv_heads
+  int q_len = 1;    // new query tokens per sequence, the last q_len positions of its cache
+  int max_len = 0;  // the longest sequence in the batch (the host knows it when it plans)
+};
+
+// Why the kernel cannot run a shape, or "".
+std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
+
+// How a block computes: fp32 FMAs on CUDA cores, or tensor cores (mma.sync m16n8k16, the group's
+// query rows as M, padded to 16).
+enum class DecodeVariant { simt, mma };
+
+// How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
+// and occupancy; print it with describe().
+struct DecodePlan {
+  DecodeVariant variant = DecodeVariant::mma;
+  int rows_per_block = 0;   // query rows (group heads × q_len) one block takes: 1, 2, 4, 8 or 16
+  int row_blocks = 0;       // blocks over the rows of one KV head
+  int splits = 0;           // blocks over one sequence's cache
+  int split_tokens = 0;     // tokens per split, a multiple of the block's tile
+  int blocks_per_sm = 0;
+  size_t workspace_bytes = 0;  // partial outputs and combine counters; 0 when splits == 1
+  std::string describe() const;
+};
+
+DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant);
+
+// The combine counters in `workspace` must be zero before the first launch with it (the kernel
+// leaves them zero): call prepare_decode_workspace once after allocating it.
+void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream);
+
+// o = softmax(scale · q kᵀ) v per query head, over the keys at or before each query's position.
+// q and o are [batch, heads, q_len, head_dim]. Enqueues on `stream`, never synchronizes.
+void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
+                      const DecodePlan& plan, void* workspace, cudaStream_t stream);
+
+}  // namespace topt::kernels

@@ -1,0 +1,73 @@
+// A paged KV cache's bookkeeping on the host: a pool of fixed-size pages, a free list, and a block
+// table per sequence (its pages in token order). The device side (paged_kv.h) only ever reads the
+// tables this class fills; the pool itself is one [num_pages, kv_heads, page_size, head_dim] tensor
+// per K and V, which the owner allocates.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace topt::kernels {
+
+// Page sizes the cache and the decode kernel take.
+bool valid_page_size(int page_size);
+
+// Asking for more pages than are free. Nothing was allocated: the cache is as it was.
+struct OutOfPages : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class KvCacheManager {
+ public:
+  // `shuffle_seed` != 0 shuffles the free list, so that tables point at scattered pages (tests do).
+  KvCacheManager(int num_pages, int page_size, uint64_t shuffle_seed = 0);
+
+  int add_sequence();  // a new empty sequence's id
+  // Grows sequence `seq` by `tokens`, taking pages from the free list as needed. Throws OutOfPages
+  // (and changes nothing) when too few are free.
+  void append(int seq, int64_t tokens);
+  // Returns the sequence's pages to the free list; its id is not reused.
+  void release(int seq);
+
+  int64_t length(int seq) const;
+  const std::vector<int32_t>& pages(int seq) const;
+  int page_size() const { return page_size_; }
+  int num_pages() const { return num_pages_; }
+  int free_pages() const { return int(free_.size()); }
+  static int64_t pages_for(int64_t tokens, int page_size) { return (tokens + page_size - 1) / page_size; }
+
+  // The device layout of the given sequences' tables: [seqs.size(), max_pages] int32, row-major,
+  // unused entries -1. Throws if a sequence holds more than max_pages pages.
+  std::vector<int32_t> block_table(const std::vector<int>& seqs, int max_pages) const;
+
+ private:
+  struct Sequence {
+    int64_t length = 0;
+    std::vector<int32_t> pages;
+    bool live = true;
+  };
+  void require_live(int seq) const;  // throws std::out_of_range naming the id
+
+  int num_pages_, page_size_;
+  std::vector<int32_t> free_;  // a stack: the most recently released page is reused first
+  std::vector<Sequence> seqs_;
+};
+
+// The memory study: what a batch of requests reserves with contiguous max-length allocation versus
+// pages, in tokens (multiply by 2 · kv_heads · head_dim · element size for bytes).
+enum class LengthMix {
+  uniform,  // uniform in [1, max_len]
+  chat,     // long-tailed: log-normal around 512 tokens (sigma 1), clamped to [1, max_len]
+};
+std::vector<int> sample_lengths(LengthMix mix, int count, int max_len, uint64_t seed);
+
+struct KvMemoryUsage {
+  int64_t tokens = 0;               // tokens the requests hold
+  int64_t contiguous_reserved = 0;  // max_len per request
+  int64_t paged_reserved = 0;       // whole pages per request
+  double contiguous_utilization() const { return double(tokens) / double(contiguous_reserved); }
+  double paged_utilization() const { return double(tokens) / double(paged_reserved); }
+};
+KvMemoryUsage kv_memory_usage(const std::vector<int>& lengths, int max_len, int page_size);
+
+}  // namespace topt::kernels

@@ -1,0 +1,449 @@
+// attention_decode: one query token per sequence (or 2–8 for speculative verification, causal among
+// themselves) against a batch of paged KV caches of different lengths; MHA and GQA.
+// Napkin math: the op is a pass over the resident cache, 2 · len · kv_heads · head_dim elements per
+// sequence; Q and O are noise. Llama-2-70B (GQA, 8 KV heads) at batch 1 × 32k tokens: 134 MB, 45 µs
+// at 3 TB/s; Llama-2-7B (MHA, 32 heads) at batch 16 × 4096: 1.07 GB, 360 µs. FLOPs are 4 · heads ·
+// q_len · head_dim per key, ~1–30 FLOP/byte: bandwidth-bound everywhere.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "baselines/attention/decode_unfused.h"
+#include "baselines/cudnn/cudnn_sdpa.h"
+#include "harness/cuda_check.h"
+#include "harness/dtype_traits.cuh"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
+#include "suites/attention/attention_suites.h"
+
+namespace topt::suites {
+
+namespace {
+
+constexpr int kRefWarps = 4;
+constexpr int kRefHeads = 8;  // query heads one reference block takes, reading their K/V once
+
+// The values of a case's axes.
+struct DecodeCase {
+  int batch, context, q_len, heads, kv_heads, head_dim, page_size;
+  bool ragged;
+  DType dtype;
+
+  explicit DecodeCase(const Case& c)
+      : batch(int(c.params.i("batch"))),
+        context(int(c.params.i("context"))),
+        q_len(int(c.params.i("q_len"))),
+        heads(int(c.params.i("heads"))),
+        kv_heads(int(c.params.i("kv_heads"))),
+        head_dim(int(c.params.i("head_dim"))),
+        page_size(int(c.params.i("page_size"))),
+        ragged(c.params.s("lengths") == "ragged"),
+        dtype(c.dtype) {}
+
+  double scale() const { return 1.0 / std::sqrt(double(head_dim)); }
+
+  // Each sequence's length. Ragged: the first is `context` (the longest), the next four are the
+  // edges 1, page − 1, page, page + 1 (clamped to [q_len, context]), the rest uniform in [q_len,
+  // context]; a fixed function of the case, not of the run's seed, so that the cost model knows it.
+  std::vector<int> lengths() const {
+    std::vector<int> lens(size_t(batch), context);
+    if (!ragged) return lens;
+    std::mt19937 gen(uint32_t(batch) * 7919u + uint32_t(context) * 31u + uint32_t(page_size));
+    std::uniform_int_distribution<int> pick(q_len, context);
+    const int edges[] = {1, page_size - 1, page_size, page_size + 1};
+    for (int b = 1; b < batch; ++b)
+      lens[size_t(b)] = b <= 4 ? std::clamp(edges[b - 1], q_len, context) : pick(gen);
+    return lens;
+  }
+};
+
+// Naive and independent of the kernels under test: double math, keys looked up through the block
+// table one at a time. One block per (sequence, KV head, query token, chunk of up to kRefHeads query
+// heads of the group), so each K/V row is read once per chunk, a warp per key (coalesced), then a
+// thread per dim for the output. `scratch` holds the chunk's scores, (min(group, kRefHeads), max_len) per
+// block.
+template <class T>
+__global__ void decode_reference_kernel(const T* q, const T* k_pages, const T* v_pages, const int32_t* table,
+                                        const int32_t* lens, float* out, double* scratch, int heads, int kv_heads,
+                                        int q_len, int head_dim, int page_size, int max_pages, int max_len,
+                                        double scale) {
+  extern __shared__ double sq[];  // (kRefHeads, head_dim)
+  __shared__ double reduce[kRefWarps][kRefHeads];
+  __shared__ double row_max[kRefHeads], row_sum[kRefHeads];
+  const int group = heads / kv_heads;
+  const int t = int(blockIdx.x % q_len), kv_head = int(blockIdx.x / q_len % kv_heads);
+  const int b = int(blockIdx.x / q_len / kv_heads);
+  const int h0 = kv_head * group + int(blockIdx.y) * kRefHeads;  // first query head of this chunk
+  const int n_heads = min(kRefHeads, kv_head * group + group - h0);
+  const int keys = lens[b] - q_len + 1 + t;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slots = min(group, kRefHeads);  // scratch rows per block
+  double* s = scratch + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * slots * max_len;  // (slots, max_len)
+  auto q_index = [&](int g, int d) { return ((int64_t(b) * heads + h0 + g) * q_len + t) * head_dim + d; };
+  auto key_row = [&](int j) {
+    const int page = table[int64_t(b) * max_pages + j / page_size];
+    return ((int64_t(page) * kv_heads + kv_head) * page_size + j % page_size) * head_dim;
+  };
+  for (int i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x)
+    sq[i] = to_f64(q[q_index(i / head_dim, i % head_dim)]);
+  __syncthreads();
+
+  double m[kRefHeads];
+  for (int g = 0; g < kRefHeads; ++g) m[g] = -INFINITY;
+  for (int j = warp; j < keys; j += kRefWarps) {
+    const int64_t k_row = key_row(j);
+    for (int g = 0; g < n_heads; ++g) {
+      double dot = 0;
+      for (int d = lane; d < head_dim; d += 32) dot += sq[g * head_dim + d] * to_f64(k_pages[k_row + d]);
+      for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      dot *= scale;
+      if (lane == 0) s[int64_t(g) * max_len + j] = dot;
+      m[g] = fmax(m[g], dot);
+    }
+  }
+  if (lane == 0)
+    for (int g = 0; g < n_heads; ++g) reduce[warp][g] = m[g];
+  __syncthreads();
+  if (threadIdx.x < n_heads) {
+    double x = -INFINITY;
+    for (int w = 0; w < kRefWarps; ++w) x = fmax(x, reduce[w][threadIdx.x]);
+    row_max[threadIdx.x] = x;
+  }
+  __syncthreads();
+  // Weights in place; each thread sums its keys, then the sums meet in shared memory.
+  double sum[kRefHeads] = {};
+  for (int j = threadIdx.x; j < keys; j += blockDim.x)
+    for (int g = 0; g < n_heads; ++g) {
+      double& w = s[int64_t(g) * max_len + j];
+      w = exp(w - row_max[g]);
+      sum[g] += w;
+    }
+  for (int g = 0; g < n_heads; ++g) {
+    for (int off = 16; off > 0; off /= 2) sum[g] += __shfl_xor_sync(0xffffffffu, sum[g], off);
+    if (lane == 0) reduce[warp][g] = sum[g];
+  }
+  __syncthreads();
+  if (threadIdx.x < n_heads) {
+    double x = 0;
+    for (int w = 0; w < kRefWarps; ++w) x += reduce[w][threadIdx.x];
+    row_sum[threadIdx.x] = x;
+  }
+  __syncthreads();  // also publishes the weights in `s`
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    double o[kRefHeads] = {};
+    for (int j = 0; j < keys; ++j) {
+      const double v = to_f64(v_pages[key_row(j) + d]);
+      for (int g = 0; g < n_heads; ++g) o[g] += s[int64_t(g) * max_len + j] * v;
+    }
+    for (int g = 0; g < n_heads; ++g) out[q_index(g, d)] = float(o[g] / row_sum[g]);
+  }
+}
+
+class DecodeProblem : public Problem {
+ public:
+  DecodeProblem(const Case& c, uint64_t seed, cudaStream_t stream)
+      : shape(c),
+        lens(shape.lengths()),
+        max_pages(int(kernels::KvCacheManager::pages_for(shape.context, shape.page_size))),
+        q(c.dtype, {shape.batch, shape.heads, shape.q_len, shape.head_dim}, "q"),
+        o(c.dtype, {shape.batch, shape.heads, shape.q_len, shape.head_dim}, "o") {
+    // Pages handed out from a shuffled free list: every table is scattered over the pool, and a
+    // few spare pages sit in it unread.
+    int pages = shape.batch;
+    for (int len : lens) pages += int(kernels::KvCacheManager::pages_for(len, shape.page_size));
+    kernels::KvCacheManager cache(pages, shape.page_size, seed | 1);
+    std::vector<int> seqs;
+    for (int len : lens) {
+      seqs.push_back(cache.add_sequence());
+      cache.append(seqs.back(), len);
+    }
+    table_host = cache.block_table(seqs, max_pages);
+    // Unused entries point at page 0 rather than -1: a reader that fetches whole pages stays in bounds.
+    for (auto& page : table_host) page = std::max(page, 0);
+    num_pages = pages;
+    k_pages = OwnedTensor(c.dtype, {pages, shape.kv_heads, shape.page_size, shape.head_dim}, "K pages");
+    v_pages = OwnedTensor(c.dtype, {pages, shape.kv_heads, shape.page_size, shape.head_dim}, "V pages");
+    table = DeviceBuffer(table_host.size() * sizeof(int32_t), "block table");
+    seq_lens = DeviceBuffer(lens.size() * sizeof(int32_t), "sequence lengths");
+    CUDA_CHECK(cudaMemcpyAsync(table.get(), table_host.data(), table.bytes(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(seq_lens.get(), lens.data(), seq_lens.bytes(), cudaMemcpyHostToDevice, stream));
+    // Scores of spread ±1.3 or so: softmax weights that vary, not a flat average.
+    fill_uniform(*q, seed, -4.f, 4.f, stream);
+    fill_uniform(*k_pages, seed + 1, -1.f, 1.f, stream);
+    fill_uniform(*v_pages, seed + 2, -1.f, 1.f, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors above are copied before they could change
+  }
+
+  std::vector<Tensor> outputs() const override { return {*o}; }
+
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
+    const auto q_host = to_host_f64(*q, stream), k_host = to_host_f64(*k_pages, stream),
+               v_host = to_host_f64(*v_pages, stream);
+    const int d = shape.head_dim;
+    const size_t q_per_seq = size_t(shape.heads) * shape.q_len * d;
+    std::vector<double> out;
+    out.reserve(q_per_seq * size_t(shape.batch));
+    for (int b = 0; b < shape.batch; ++b) {
+      const int len = lens[size_t(b)];
+      std::vector<double> k_seq(size_t(shape.kv_heads) * len * d), v_seq(k_seq.size());
+      for (int h = 0; h < shape.kv_heads; ++h)
+        for (int j = 0; j < len; ++j) {
+          const int page = table_host[size_t(b) * max_pages + j / shape.page_size];
+          const size_t src = ((size_t(page) * shape.kv_heads + h) * shape.page_size + j % shape.page_size) * d;
+          const size_t dst = (size_t(h) * len + j) * d;
+          std::copy_n(k_host.begin() + ptrdiff_t(src), d, k_seq.begin() + ptrdiff_t(dst));
+          std::copy_n(v_host.begin() + ptrdiff_t(src), d, v_seq.begin() + ptrdiff_t(dst));
+        }
+      const std::vector<double> q_seq(q_host.begin() + ptrdiff_t(b * q_per_seq),
+                                      q_host.begin() + ptrdiff_t((b + 1) * q_per_seq));
+      const auto o_seq = decode_attention_reference(q_seq, k_seq, v_seq, shape.heads, shape.kv_heads, shape.q_len,
+                                                    len, d, shape.scale());
+      out.insert(out.end(), o_seq.begin(), o_seq.end());
+    }
+    return {out};
+  }
+
+  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
+    const int group = shape.heads / shape.kv_heads;
+    const dim3 grid(unsigned(shape.batch * shape.kv_heads * shape.q_len), unsigned((group + kRefHeads - 1) / kRefHeads));
+    DeviceBuffer scratch(size_t(grid.x) * grid.y * std::min(group, kRefHeads) * shape.context * sizeof(double),
+                         "reference scores");
+    const size_t smem = size_t(kRefHeads) * shape.head_dim * sizeof(double);
+    dispatch_half_dtype(shape.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      CUDA_CHECK(cudaFuncSetAttribute(decode_reference_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
+      decode_reference_kernel<T><<<grid, 32 * kRefWarps, smem, stream>>>(
+          q->as<T>(), k_pages->as<T>(), v_pages->as<T>(), table.as<int32_t>(), seq_lens.as<int32_t>(),
+          out[0].as<float>(), scratch.as<double>(), shape.heads, shape.kv_heads, shape.q_len, shape.head_dim,
+          shape.page_size, max_pages, shape.context, shape.scale());
+    });
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before `scratch` is freed
+  }
+
+  kernels::PagedKv paged_kv() const {
+    kernels::PagedKv kv;
+    kv.k_pages = k_pages->data;
+    kv.v_pages = v_pages->data;
+    kv.block_table = table.as<int32_t>();
+    kv.seq_lens = seq_lens.as<int32_t>();
+    kv.batch = shape.batch;
+    kv.kv_heads = shape.kv_heads;
+    kv.head_dim = shape.head_dim;
+    kv.page_size = shape.page_size;
+    kv.max_pages_per_seq = max_pages;
+    kv.dtype = shape.dtype;
+    return kv;
+  }
+  kernels::DecodeShape decode_shape() const { return {shape.heads, shape.q_len, shape.context}; }
+
+  DecodeCase shape;
+  std::vector<int> lens;
+  int max_pages, num_pages = 0;
+  std::vector<int32_t> table_host;  // (batch, max_pages)
+  OwnedTensor q, o;                 // (batch, heads, q_len, head_dim)
+  OwnedTensor k_pages, v_pages;     // (num_pages, kv_heads, page_size, head_dim)
+  DeviceBuffer table, seq_lens;
+};
+
+const DecodeProblem& as_decode(const Problem& p) { return static_cast<const DecodeProblem&>(p); }
+
+class OursDecode : public Instance {
+ public:
+  OursDecode(const DecodeProblem& p, kernels::DecodeVariant variant, cudaStream_t stream)
+      : p_(p), kv_(p.paged_kv()), plan_(kernels::plan_decode(kv_, p.decode_shape(), variant)),
+        workspace_(plan_.workspace_bytes, "decode workspace") {
+    kernels::prepare_decode_workspace(plan_, workspace_.get(), stream);
+  }
+  void launch(cudaStream_t s) override {
+    kernels::attention_decode(p_.q->data, p_.o->data, kv_, p_.decode_shape(), float(p_.shape.scale()), plan_,
+                              workspace_.get(), s);
+  }
+  size_t workspace_bytes() const override { return workspace_.bytes(); }
+
+ private:
+  const DecodeProblem& p_;
+  kernels::PagedKv kv_;
+  kernels::DecodePlan plan_;
+  DeviceBuffer workspace_;
+};
+
+// cuDNN SDPA, on a contiguous copy of the cache (made once here, not timed) or on the pages.
+class CudnnDecode : public Instance {
+ public:
+  CudnnDecode(const DecodeProblem& p, bool paged, cudaStream_t stream) : p_(p), paged_(paged), graph_(shape(p, paged)) {
+    workspace_ = DeviceBuffer(graph_.workspace_bytes(), "cuDNN workspace");
+    const std::vector<int32_t> q_lens(size_t(p.shape.batch), p.shape.q_len);
+    seq_len_q_ = DeviceBuffer(q_lens.size() * sizeof(int32_t), "seq_len_q");
+    CUDA_CHECK(cudaMemcpyAsync(seq_len_q_.get(), q_lens.data(), seq_len_q_.bytes(), cudaMemcpyHostToDevice, stream));
+    if (!paged) {
+      const size_t bytes = size_t(p.shape.batch) * p.shape.kv_heads * p.shape.context * p.shape.head_dim *
+                           dtype_size(p.shape.dtype);
+      k_ = DeviceBuffer(bytes, "contiguous K");
+      v_ = DeviceBuffer(bytes, "contiguous V");
+      CUDA_CHECK(cudaMemsetAsync(k_.get(), 0, bytes, stream));
+      CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, bytes, stream));
+      kernels::gather_kv(p.paged_kv(), k_.get(), v_.get(), p.shape.context, stream);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // q_lens is copied before it goes
+  }
+  void launch(cudaStream_t s) override {
+    const void* k = paged_ ? p_.k_pages->data : k_.get();
+    const void* v = paged_ ? p_.v_pages->data : v_.get();
+    graph_.execute(p_.q->data, k, v, p_.o->data, seq_len_q_.as<int32_t>(), p_.seq_lens.as<int32_t>(),
+                   paged_ ? p_.table.as<int32_t>() : nullptr, workspace_.get(), s);
+  }
+  size_t workspace_bytes() const override { return workspace_.bytes() + k_.bytes() + v_.bytes(); }
+
+ private:
+  static cudnn::SdpaDecodeShape shape(const DecodeProblem& p, bool paged) {
+    cudnn::SdpaDecodeShape s;
+    s.batch = p.shape.batch;
+    s.heads = p.shape.heads;
+    s.kv_heads = p.shape.kv_heads;
+    s.q_len = p.shape.q_len;
+    s.head_dim = p.shape.head_dim;
+    s.max_len = p.shape.context;
+    s.scale = float(p.shape.scale());
+    s.dtype = p.shape.dtype;
+    if (paged) {
+      s.page_size = p.shape.page_size;
+      s.num_pages = p.num_pages;
+      s.max_pages = p.max_pages;
+    }
+    return s;
+  }
+
+  const DecodeProblem& p_;
+  bool paged_;
+  cudnn::SdpaDecodeGraph graph_;
+  DeviceBuffer workspace_, seq_len_q_;
+  DeviceBuffer k_, v_;  // (batch, kv_heads, context, head_dim); contiguous only
+};
+
+class GatherCublasInstance : public Instance {
+ public:
+  GatherCublasInstance(const DecodeProblem& p, cudaStream_t stream)
+      : p_(p), impl_(p.paged_kv(), p.decode_shape(), float(p.shape.scale()), stream) {}
+  void launch(cudaStream_t s) override { impl_.launch(p_.q->data, p_.o->data, s); }
+  size_t workspace_bytes() const override { return impl_.workspace_bytes(); }
+
+ private:
+  const DecodeProblem& p_;
+  baselines::GatherCublasDecode impl_;
+};
+
+std::string ours_unsupported(const Case& c) {
+  const DecodeCase s(c);
+  kernels::PagedKv kv;
+  kv.batch = s.batch;
+  kv.kv_heads = s.kv_heads;
+  kv.head_dim = s.head_dim;
+  kv.page_size = s.page_size;
+  kv.dtype = s.dtype;
+  return kernels::decode_unsupported(kv, {s.heads, s.q_len, s.context});
+}
+
+}  // namespace
+
+std::vector<double> decode_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                               const std::vector<double>& v, int heads, int kv_heads, int q_len,
+                                               int64_t len, int head_dim, double scale) {
+  std::vector<double> o(size_t(heads) * q_len * head_dim);
+  std::vector<double> w(static_cast<size_t>(len));  // one query row's scores, then weights
+  for (int h = 0; h < heads; ++h) {
+    const int kv_head = h / (heads / kv_heads);
+    for (int t = 0; t < q_len; ++t) {
+      const int64_t keys = len - q_len + 1 + t;
+      const double* qr = &q[(size_t(h) * q_len + t) * head_dim];
+      double m = -INFINITY;
+      for (int64_t j = 0; j < keys; ++j) {
+        const double* kr = &k[(size_t(kv_head) * len + j) * head_dim];
+        double dot = 0;
+        for (int d = 0; d < head_dim; ++d) dot += qr[d] * kr[d];
+        w[size_t(j)] = dot * scale;
+        m = std::max(m, w[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < keys; ++j) sum += w[size_t(j)] = std::exp(w[size_t(j)] - m);
+      double* orow = &o[(size_t(h) * q_len + t) * head_dim];
+      for (int64_t j = 0; j < keys; ++j) {
+        const double* vr = &v[(size_t(kv_head) * len + j) * head_dim];
+        for (int d = 0; d < head_dim; ++d) orow[d] += w[size_t(j)] / sum * vr[d];
+      }
+    }
+  }
+  return o;
+}
+
+void register_attention_decode(Registry& registry) {
+  OpDef op;
+  op.name = "attention_decode";
+  op.summary = "Decode attention over a paged KV cache: q_len new tokens per sequence, ragged lengths, MHA/GQA";
+  op.reference_note = "CPU double (small cases); naive GPU kernel through the block table, double math, fp32 out";
+  op.axes = {
+      {"batch", Axis::Kind::integer, std::nullopt, "sequences"},
+      {"context", Axis::Kind::integer, std::nullopt, "tokens in the longest sequence's cache (uniform: every one's)"},
+      {"lengths", Axis::Kind::string, Value(std::string("uniform")),
+       "uniform: every sequence holds `context` tokens; ragged: 1, page-1, page, page+1 and random lengths"},
+      {"q_len", Axis::Kind::integer, Value(int64_t(1)), "new query tokens per sequence (2-8: speculative, causal)"},
+      {"heads", Axis::Kind::integer, std::nullopt, "query heads"},
+      {"kv_heads", Axis::Kind::integer, std::nullopt, "KV heads (GQA: fewer than heads)"},
+      {"head_dim", Axis::Kind::integer, Value(int64_t(128)), "dims per head"},
+      {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page: 16, 32, 64, 128 or 256"}};
+  op.dtypes = {DType::bf16, DType::f16};
+  op.baseline = "cudnn";
+  op.invalid = [](const Case& c) -> std::string {
+    const std::string& lengths = c.params.s("lengths");
+    if (lengths != "uniform" && lengths != "ragged") return "lengths=" + lengths + ": expected uniform or ragged";
+    const DecodeCase s(c);
+    if (s.batch < 1 || s.heads < 1 || s.kv_heads < 1 || s.head_dim < 1) return "batch and head counts must be >= 1";
+    if (s.heads % s.kv_heads) return "heads must be a multiple of kv_heads";
+    if (s.q_len < 1 || s.context < s.q_len) return "need 1 <= q_len <= context";
+    if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
+    return "";
+  };
+  op.cost = [](const Case& c) {
+    const DecodeCase s(c);
+    const double esize = double(dtype_size(c.dtype));
+    double keys = 0, resident = 0;  // query·key pairs per head; cached tokens
+    for (int len : s.lengths()) {
+      resident += len;
+      for (int t = 0; t < s.q_len; ++t) keys += len - s.q_len + 1 + t;
+    }
+    const double qo = 2.0 * s.batch * s.heads * s.q_len * s.head_dim;
+    return Cost{4.0 * keys * s.heads * s.head_dim, (2.0 * resident * s.kv_heads * s.head_dim + qo) * esize};
+  };
+  op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
+    return std::make_unique<DecodeProblem>(c, seed, s);
+  };
+
+  op.impls.push_back({"cudnn", Role::baseline, "cuDNN SDPA (graph API) on a contiguous cache, padding mask", nullptr,
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<CudnnDecode>(as_decode(p), false, s);
+                      }});
+  op.impls.push_back({"cudnn_paged", Role::baseline, "cuDNN SDPA on the pages through page tables", nullptr,
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<CudnnDecode>(as_decode(p), true, s);
+                      }});
+  op.impls.push_back({"gather_cublas", Role::baseline,
+                      "gather pages to a contiguous cache, cuBLAS batched q·kᵀ, masked softmax, cuBLAS p·v",
+                      nullptr,
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<GatherCublasInstance>(as_decode(p), s);
+                      }});
+  op.impls.push_back({"ours_simt", Role::ours,
+                      "fused split-KV over the pages, GQA group per block, fp32 CUDA-core math, in-kernel LSE combine",
+                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::simt, s);
+                      }});
+  op.impls.push_back({"ours", Role::ours,
+                      "tensor cores: mma.sync m16n8k16 with the group's rows as M, weights kept in registers",
+                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma, s);
+                      }});
+  registry.add(std::move(op));
+}
+
+}  // namespace topt::suites

@@ -1,0 +1,157 @@
+// Decode attention over paged caches: every implementation against the reference on scattered
+// block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len; the split-KV combine
+// across repeated launches; append_kv and gather_kv round trips.
+#include <numeric>
+
+#include "harness/tensor.h"
+#include "kernels/attention/kv_cache.h"
+#include "kernels/attention/paged_kv.h"
+#include "tests/gpu/gpu_test.h"
+
+namespace topt::testing {
+
+struct DecodeParam {
+  int64_t batch, context;
+  const char* lengths;
+  int64_t q_len, heads, kv_heads, page_size;
+};
+
+Case decode_case(const DecodeParam& s, DType dt) {
+  Params p;
+  p.set("batch", s.batch);
+  p.set("context", s.context);
+  p.set("lengths", std::string(s.lengths));
+  p.set("q_len", s.q_len);
+  p.set("heads", s.heads);
+  p.set("kv_heads", s.kv_heads);
+  p.set("page_size", s.page_size);
+  return make_case("attention_decode", p, dt);
+}
+
+class DecodeGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<DecodeParam, DType>> {};
+
+// Ragged batches hold lengths 1, page − 1, page, page + 1 beside random ones; batch 1 with a long
+// context takes many splits, large q_len more than one row block.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeGpu,
+    ::testing::Combine(::testing::Values(DecodeParam{1, 1, "uniform", 1, 8, 8, 16},
+                                         DecodeParam{7, 300, "ragged", 1, 8, 8, 16},
+                                         DecodeParam{6, 700, "ragged", 1, 16, 2, 32},
+                                         DecodeParam{1, 5000, "uniform", 1, 64, 8, 16},
+                                         DecodeParam{8, 257, "ragged", 2, 64, 8, 16},
+                                         DecodeParam{3, 2049, "uniform", 4, 16, 2, 64},
+                                         DecodeParam{5, 513, "ragged", 3, 4, 4, 128},
+                                         DecodeParam{1, 4099, "uniform", 8, 8, 8, 256},
+                                         DecodeParam{2, 17, "uniform", 8, 2, 1, 16}),
+                       ::testing::Values(DType::bf16, DType::f16)),
+    [](const auto& info) {
+      const DecodeParam& s = std::get<0>(info.param);
+      return std::to_string(s.batch) + "x" + std::to_string(s.context) + "_" + s.lengths + "_q" +
+             std::to_string(s.q_len) + "_h" + std::to_string(s.heads) + "kv" + std::to_string(s.kv_heads) + "_p" +
+             std::to_string(s.page_size) + "_" + dtype_name(std::get<1>(info.param));
+    });
+
+TEST_P(DecodeGpu, OursAndGatherCublasMatchTheReference) {
+  auto [s, dt] = GetParam();
+  Case c = decode_case(s, dt);
+  for (const char* impl : {"ours", "ours_simt", "gather_cublas"}) {
+    CheckResult r = run_and_check(c, impl);
+    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+  }
+}
+
+TEST_P(DecodeGpu, CudnnMatchesOrRefusesClearly) {
+  auto [s, dt] = GetParam();
+  Case c = decode_case(s, dt);
+  for (const char* impl : {"cudnn", "cudnn_paged"}) {
+    try {
+      CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+    } catch (const Unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("cuDNN"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The split combine counts finished splits in the workspace and resets the count: every launch
+// after the first must be right too (the harness checks the first and times the rest).
+TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
+  Case c = decode_case({2, 6000, "ragged", 1, 64, 8, 16}, DType::bf16);
+  const OpDef* op = builtin_registry().find(c.op);
+  auto problem = op->make_problem(c, 5, stream);
+  Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+  for (const char* impl : {"ours", "ours_simt"}) {
+  auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
+  EXPECT_GT(inst->workspace_bytes(), 0u) << "expected a split-KV plan";
+  for (int launch = 0; launch < 3; ++launch) {
+    for (auto& out : problem->outputs()) poison_nan(out, stream);
+    inst->launch(stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CheckResult r = check_outputs(*problem, ref, stream);
+    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " launch " << launch << ": " << r.describe(tolerance(c));
+  }
+  }
+}
+
+TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
+  Case c = decode_case({3, 1000, "ragged", 2, 16, 4, 32}, DType::bf16);
+  CheckResult on_cpu = run_and_check(c, "ours", 11, int64_t(1) << 30);
+  CheckResult on_gpu = run_and_check(c, "ours", 11, 0);
+  EXPECT_TRUE(on_cpu.passes(tolerance(c))) << on_cpu.describe(tolerance(c));
+  EXPECT_TRUE(on_gpu.passes(tolerance(c))) << on_gpu.describe(tolerance(c));
+  EXPECT_NEAR(on_cpu.rel_error, on_gpu.rel_error, 1e-4);
+}
+
+// Tokens appended in two steps (a prompt, then a few decode steps) land where gather_kv finds them.
+TEST_F(GpuTest, KvCacheAppendThenGatherRoundTrips) {
+  const int batch = 3, kv_heads = 2, head_dim = 128, page_size = 16, prompt = 37, steps = 12;
+  kernels::KvCacheManager cache(batch * 4 + 2, page_size, 9);
+  std::vector<int> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(cache.add_sequence());
+  OwnedTensor k_pages(DType::bf16, {cache.num_pages(), kv_heads, page_size, head_dim}, "K pages");
+  OwnedTensor v_pages(DType::bf16, {cache.num_pages(), kv_heads, page_size, head_dim}, "V pages");
+  const int max_pages = 4;
+  DeviceBuffer table(size_t(batch) * max_pages * sizeof(int32_t)), lens(size_t(batch) * sizeof(int32_t));
+  kernels::PagedKv kv{k_pages->data, v_pages->data, table.as<int32_t>(), lens.as<int32_t>(), batch, kv_heads,
+                      head_dim, page_size, max_pages, DType::bf16};
+
+  std::vector<double> k_all, v_all;  // (step, batch, kv_heads, tokens, head_dim) as appended
+  auto append = [&](int tokens, uint64_t seed) {
+    for (int s : seqs) cache.append(s, tokens);
+    const auto t = cache.block_table(seqs, max_pages);
+    std::vector<int32_t> l;
+    for (int s : seqs) l.push_back(int32_t(cache.length(s)));
+    CUDA_CHECK(cudaMemcpy(table.get(), t.data(), table.bytes(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(lens.get(), l.data(), lens.bytes(), cudaMemcpyHostToDevice));
+    OwnedTensor k_new(DType::bf16, {batch, kv_heads, tokens, head_dim}), v_new(DType::bf16, {batch, kv_heads, tokens, head_dim});
+    fill_uniform(*k_new, seed, -1.f, 1.f, stream);
+    fill_uniform(*v_new, seed + 1, -1.f, 1.f, stream);
+    kernels::append_kv(kv, k_new->data, v_new->data, tokens, stream);
+    auto kh = to_host_f64(*k_new, stream), vh = to_host_f64(*v_new, stream);
+    k_all.insert(k_all.end(), kh.begin(), kh.end());
+    v_all.insert(v_all.end(), vh.begin(), vh.end());
+  };
+  append(prompt, 1);
+  for (int i = 0; i < steps; ++i) append(1, 100 + 2 * uint64_t(i));
+
+  const int len = prompt + steps;
+  OwnedTensor k_out(DType::bf16, {batch, kv_heads, len, head_dim}), v_out(DType::bf16, {batch, kv_heads, len, head_dim});
+  kernels::gather_kv(kv, k_out->data, v_out->data, len, stream);
+  const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
+  int64_t wrong = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < kv_heads; ++h)
+      for (int pos = 0; pos < len; ++pos) {
+        // Where position pos of (b, h) went in the appended stream.
+        const bool in_prompt = pos < prompt;
+        const int tokens = in_prompt ? prompt : 1, t = in_prompt ? pos : 0;
+        const size_t step_base =
+            in_prompt ? 0 : size_t(batch) * kv_heads * prompt * head_dim + size_t(pos - prompt) * batch * kv_heads * head_dim;
+        const size_t src = step_base + ((size_t(b) * kv_heads + h) * tokens + t) * head_dim;
+        const size_t dst = ((size_t(b) * kv_heads + h) * len + pos) * head_dim;
+        for (int d = 0; d < head_dim; ++d) wrong += kg[dst + d] != k_all[src + d] || vg[dst + d] != v_all[src + d];
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+}  // namespace topt::testing

@@ -1,0 +1,132 @@
+// The KV cache manager's host bookkeeping: the free list, block tables, running out of pages.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/attention/kv_cache.h"
+
+namespace topt::kernels {
+namespace {
+
+TEST(KvCacheManager, AppendTakesPagesAsTokensCrossPageBoundaries) {
+  KvCacheManager cache(8, 16);
+  const int s = cache.add_sequence();
+  cache.append(s, 1);
+  EXPECT_EQ(cache.pages(s).size(), 1u);
+  cache.append(s, 15);  // 16 tokens: still one page
+  EXPECT_EQ(cache.pages(s).size(), 1u);
+  cache.append(s, 1);  // 17: a second page
+  EXPECT_EQ(cache.pages(s).size(), 2u);
+  EXPECT_EQ(cache.length(s), 17);
+  EXPECT_EQ(cache.free_pages(), 6);
+  EXPECT_EQ(KvCacheManager::pages_for(0, 16), 0);
+  EXPECT_EQ(KvCacheManager::pages_for(33, 16), 3);
+}
+
+TEST(KvCacheManager, UnshuffledPagesGoOutInOrder) {
+  KvCacheManager cache(4, 32);
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, 40);
+  cache.append(b, 1);
+  EXPECT_EQ(cache.pages(a), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(cache.pages(b), (std::vector<int32_t>{2}));
+}
+
+TEST(KvCacheManager, BlockTablePadsWithMinusOne) {
+  KvCacheManager cache(4, 16);
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, 20);
+  cache.append(b, 3);
+  EXPECT_EQ(cache.block_table({a, b}, 3), (std::vector<int32_t>{0, 1, -1, 2, -1, -1}));
+  EXPECT_THROW(cache.block_table({a}, 1), std::invalid_argument);
+}
+
+TEST(KvCacheManager, RunningOutOfPagesThrowsAndChangesNothing) {
+  KvCacheManager cache(3, 16);
+  const int a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(a, 32);
+  cache.append(b, 10);
+  try {
+    cache.append(b, 40);  // needs 3 more pages, 0 free
+    FAIL() << "expected OutOfPages";
+  } catch (const OutOfPages& e) {
+    EXPECT_NE(std::string(e.what()).find("out of pages"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.length(b), 10);
+  EXPECT_EQ(cache.pages(b).size(), 1u);
+  EXPECT_EQ(cache.free_pages(), 0);
+  cache.append(b, 6);  // still fits in its page
+  EXPECT_EQ(cache.length(b), 16);
+}
+
+TEST(KvCacheManager, ReleasedPagesAreReused) {
+  KvCacheManager cache(4, 16);
+  const int a = cache.add_sequence();
+  cache.append(a, 64);
+  EXPECT_EQ(cache.free_pages(), 0);
+  const auto pages_of_a = cache.pages(a);
+  cache.release(a);
+  EXPECT_EQ(cache.free_pages(), 4);
+  EXPECT_THROW(cache.length(a), std::out_of_range);
+  const int b = cache.add_sequence();
+  EXPECT_NE(a, b);
+  cache.append(b, 64);
+  auto reused = cache.pages(b);
+  EXPECT_EQ(reused, pages_of_a);  // released in reverse, popped back in order
+}
+
+TEST(KvCacheManager, ShuffledFreeListIsAPermutation) {
+  KvCacheManager cache(64, 16, 42);
+  const int a = cache.add_sequence();
+  cache.append(a, 64 * 16);
+  auto pages = cache.pages(a);
+  std::vector<int32_t> sorted = pages;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int32_t> all(64);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(sorted, all);
+  EXPECT_NE(pages, all);
+}
+
+TEST(KvCacheManager, RejectsOtherPageSizes) {
+  EXPECT_THROW(KvCacheManager(4, 24), std::invalid_argument);
+  EXPECT_THROW(KvCacheManager(4, 512), std::invalid_argument);
+  for (int size : {16, 32, 64, 128, 256}) EXPECT_NO_THROW(KvCacheManager(1, size));
+}
+
+}  // namespace
+}  // namespace topt::kernels
+
+namespace topt::kernels {
+namespace {
+
+TEST(KvMemoryStudy, ReservationsByHand) {
+  // Lengths 1, 16, 17 with max_len 32 and pages of 16: 34 tokens; contiguous 3 · 32 = 96; pages
+  // 1 + 1 + 2 = 4, 64 tokens.
+  const KvMemoryUsage u = kv_memory_usage({1, 16, 17}, 32, 16);
+  EXPECT_EQ(u.tokens, 34);
+  EXPECT_EQ(u.contiguous_reserved, 96);
+  EXPECT_EQ(u.paged_reserved, 64);
+  EXPECT_DOUBLE_EQ(u.contiguous_utilization(), 34.0 / 96);
+  EXPECT_DOUBLE_EQ(u.paged_utilization(), 34.0 / 64);
+}
+
+TEST(KvMemoryStudy, SampledLengthsStayInRangeAndRepeat) {
+  for (LengthMix mix : {LengthMix::uniform, LengthMix::chat}) {
+    const auto a = sample_lengths(mix, 1000, 4096, 7);
+    EXPECT_EQ(a, sample_lengths(mix, 1000, 4096, 7));
+    for (int len : a) {
+      EXPECT_GE(len, 1);
+      EXPECT_LE(len, 4096);
+    }
+  }
+  // The chat mix is long-tailed: its median sits far below its maximum.
+  auto chat = sample_lengths(LengthMix::chat, 1001, 32768, 3);
+  std::nth_element(chat.begin(), chat.begin() + 500, chat.end());
+  EXPECT_LT(chat[500], 1024);
+  EXPECT_GT(*std::max_element(chat.begin(), chat.end()), 4096);
+}
+
+}  // namespace
+}  // namespace topt::kernels
