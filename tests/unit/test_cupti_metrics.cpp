@@ -5,6 +5,7 @@
 #include <map>
 
 #include "harness/config.h"
+#include "harness/cupti_check.h"
 #include "harness/cupti_metrics.h"
 #include "harness/registry.h"
 #include "harness/results.h"
@@ -170,6 +171,32 @@ TEST(CounterMetrics, ReachTheResultsFiles) {
   ResultRow back = row_from_json(row_to_json(row));
   EXPECT_EQ(back.metrics, row.metrics);
   EXPECT_DOUBLE_EQ(back.metrics["dram_bytes_over_model"].get<double>(), 2.0);
+}
+
+}  // namespace
+}  // namespace topt
+
+namespace topt {
+namespace {
+
+// What a user sees where the driver refuses counters (the device machines run as root, so this
+// path is exercised here, on the CPU).
+TEST(CuptiErrors, RefusedCountersAreRecognisedAndExplained) {
+  for (CUptiResult refused : {CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES}) {
+    try {
+      throw_cupti(refused, "cuptiProfilerInitialize(&p)", "x.cpp", 7);
+      FAIL();
+    } catch (const CuptiError& e) {
+      EXPECT_TRUE(e.not_permitted);
+      EXPECT_NE(std::string(e.what()).find("ERR_NVGPUCTRPERM"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cuptiProfilerInitialize(&p)"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    throw_cupti(CUPTI_ERROR_INVALID_PARAMETER, "f()", "x.cpp", 1);
+  } catch (const CuptiError& e) {
+    EXPECT_FALSE(e.not_permitted);
+  }
 }
 
 }  // namespace
