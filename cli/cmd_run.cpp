@@ -2,8 +2,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <ctime>
-
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "harness/registry.h"
@@ -11,17 +9,6 @@
 #include "harness/text.h"
 
 namespace topt::cli {
-
-namespace {
-std::string default_out_dir() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "results/%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
-}  // namespace
 
 void add_run_command(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("run", "Check every implementation against the reference, then time it");
@@ -39,7 +26,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       }
       Config cfg = load_config(opts->config, builtin_registry());
       RunOptions ro;
-      ro.out_dir = out->empty() ? default_out_dir() : *out;
+      ro.out_dir = out->empty() ? format_now("results/%Y%m%d-%H%M%S", false) : *out;
       ro.filter = opts->filter();
       ro.resume = *resume;
       ro.command_line = "topt run " + shell_quote(opts->config) +

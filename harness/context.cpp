@@ -5,22 +5,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <ctime>
 
+#include "harness/text.h"
 #include "topt/version.h"
 
 namespace topt {
 
 std::string git_revision() { return TOPT_GIT_REVISION; }
-
-std::string iso_timestamp_utc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 nlohmann::ordered_json run_context(const DeviceInfo& device, const Config& cfg, const MeasuredPeaks& peaks,
                                    const std::string& command_line) {
@@ -31,7 +22,7 @@ nlohmann::ordered_json run_context(const DeviceInfo& device, const Config& cfg, 
   nlohmann::ordered_json j;
   j["topt_version"] = TOPT_VERSION;
   j["git_revision"] = git_revision();
-  j["timestamp"] = iso_timestamp_utc();
+  j["timestamp"] = format_now("%Y-%m-%dT%H:%M:%SZ", true);
   j["host"] = host;
   j["command"] = command_line;
   j["gpu"] = device_json(device);

@@ -12,7 +12,6 @@ namespace topt {
 
 // The git revision the binary was built from (refreshed on every build; '-dirty' marks local edits).
 std::string git_revision();
-std::string iso_timestamp_utc();
 
 nlohmann::ordered_json run_context(const DeviceInfo& device, const Config& cfg, const MeasuredPeaks& peaks,
                                    const std::string& command_line);

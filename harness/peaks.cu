@@ -86,6 +86,21 @@ double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
   }
 }
 
+__global__ void empty_kernel() {}
+
+double measure_empty_kernel_us(Timer& timer) {
+  MeasureSettings m;  // the defaults every row starts from: cold L2, launch hidden
+  m.min_samples = 50;
+  m.min_time_s = 0.0001;
+  Measurement r = timer.measure(
+      [](cudaStream_t s) {
+        empty_kernel<<<1, 32, 0, s>>>();
+        CUDA_CHECK_LAUNCH();
+      },
+      m);
+  return r.stats.median;
+}
+
 }  // namespace
 
 MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed) {
@@ -95,6 +110,11 @@ MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed) {
     p.dram_copy_GBps = measure_copy_GBps(timer, stream, seed);
   } catch (const std::exception& e) {
     p.notes += std::string("copy peak not measured: ") + e.what() + "; ";
+  }
+  try {
+    p.empty_kernel_us = measure_empty_kernel_us(timer);
+  } catch (const std::exception& e) {
+    p.notes += std::string("empty-kernel floor not measured: ") + e.what() + "; ";
   }
   try {
     p.bf16_gemm_TFLOPs = measure_gemm_TFLOPs(timer, stream, seed);
@@ -108,8 +128,10 @@ nlohmann::ordered_json peaks_json(const MeasuredPeaks& p) {
   nlohmann::ordered_json j;
   j["dram_copy_GBps"] = p.dram_copy_GBps ? nlohmann::ordered_json(*p.dram_copy_GBps) : nullptr;
   j["bf16_gemm_TFLOPs"] = p.bf16_gemm_TFLOPs ? nlohmann::ordered_json(*p.bf16_gemm_TFLOPs) : nullptr;
+  j["empty_kernel_us"] = p.empty_kernel_us ? nlohmann::ordered_json(*p.empty_kernel_us) : nullptr;
   j["method"] = "median of >=10 hot runs: cudaMemcpyAsync D2D of 1 GiB (read+write bytes); cuBLASLt bf16 "
-                "8192^3, fp32 accumulate, random inputs, fastest of its first 4 heuristic candidates";
+                "8192^3, fp32 accumulate, random inputs, fastest of its first 4 heuristic candidates; an empty kernel "
+                "timed like every row (cold L2, launch hidden), median of >=50";
   if (!p.notes.empty()) j["notes"] = p.notes;
   return j;
 }

@@ -12,6 +12,8 @@ namespace topt {
 struct MeasuredPeaks {
   std::optional<double> dram_copy_GBps;    // device-to-device copy, bytes read + written
   std::optional<double> bf16_gemm_TFLOPs;  // cuBLASLt bf16 GEMM 8192³, fp32 accumulate
+  // An empty kernel timed like every row (cold, launch hidden): the floor under any row's time.
+  std::optional<double> empty_kernel_us;
   std::string notes;                       // why a peak is missing, if one is
 };
 

@@ -1,5 +1,7 @@
 #include "harness/results.h"
 
+#include "harness/markdown.h"
+
 #include <fmt/format.h>
 
 #include <fstream>
@@ -250,9 +252,9 @@ std::string results_markdown(const ResultsFile& f) {
        << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (auto& r : f.rows) {
       if (r.op != op) continue;
-      std::string p = r.params.str() + ",dtype=" + r.dtype;
-      std::string impl = r.is_baseline ? r.impl + " (baseline)" : r.impl;
-      std::string status = r.status == Status::ok ? "ok" : std::string(status_name(r.status)) + ": " + r.reason;
+      std::string p = md_cell(r.params.str() + ",dtype=" + r.dtype);
+      std::string impl = md_cell(r.is_baseline ? r.impl + " (baseline)" : r.impl);
+      std::string status = md_cell(r.status == Status::ok ? "ok" : std::string(status_name(r.status)) + ": " + r.reason);
       md << "| " << p << " | " << impl << " | " << status << " | "
          << (r.time_us ? fmt::format("{:.2f}", r.time_us->median) : "") << " | "
          << (r.time_us ? fmt::format("{:.1f}", 100 * r.time_us->stdrel) : "") << " | "

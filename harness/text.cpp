@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <ctime>
 #include <regex>
 
 namespace topt {
@@ -22,6 +23,15 @@ std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
+}
+
+std::string format_now(const char* format, bool utc) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  if (utc) gmtime_r(&t, &tm);
+  else localtime_r(&t, &tm);
+  char buf[128];
+  return std::string(buf, std::strftime(buf, sizeof(buf), format, &tm));
 }
 
 std::string si(double value, const std::string& unit) {

@@ -10,6 +10,8 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep =
 std::string regex_escape(const std::string& s);
 // Single-quotes for a POSIX shell.
 std::string shell_quote(const std::string& s);
+// The current time through strftime's `format`, in UTC or local time.
+std::string format_now(const char* format, bool utc);
 // "1.07 GFLOP", "268 MB": SI prefixes for plans and tables.
 std::string si(double value, const std::string& unit);
 

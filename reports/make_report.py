@@ -70,7 +70,11 @@ def set_log_axis(ax, axis, values):
     powers_of_two = all(v > 0 and float(v).is_integer() and (int(v) & (int(v) - 1)) == 0 for v in values)
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2 if powers_of_two else 10)
     if axis == "x":
-        ticks = sorted(set(values))
+        # Values within 15% of the last labelled one (4096 beside 4100) would print over each other.
+        ticks = []
+        for v in sorted(set(values)):
+            if not ticks or v / ticks[-1] >= 1.15:
+                ticks.append(v)
         ax.set_xticks(ticks)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: number_format(v)))
         ax.xaxis.set_minor_formatter(NullFormatter())
