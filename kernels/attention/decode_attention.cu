@@ -38,6 +38,12 @@ constexpr int kMaxRowsPerBlock = 16;
 constexpr int kMmaRows = 16;                     // the mma variant's M: rows beyond the group's are zeros
 constexpr int kMaxSplitPages = 512;              // page ids one block keeps in shared memory
 constexpr double kMinWaveEfficiency = 0.8;       // busy fraction of the last wave that the split count aims for
+// mma_v2: 3 stages with one block-wide sync per tile, a warp-parallel split combine, and a planner
+// that asks for near-whole waves (page ids for up to 1040 pages, so 16k tokens fit one split at page 16).
+constexpr int kStagesV2 = 3;
+constexpr int kMaxSplitPagesV2 = 1040;
+constexpr int kMaxSplitsV2 = 512;                // the combine keeps (16 rows, splits) weights in the K stages
+constexpr double kMinWaveEfficiencyV2 = 0.95;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
 constexpr int kQHalfSkew = 4;
@@ -61,19 +67,20 @@ struct DecodeParams {
 };
 
 // Byte offsets into a block's dynamic shared memory; the simt variant adds q, p and alpha.
-template <int ROWS, bool kSimt>
+template <int ROWS, bool kSimt, int S = kStages, int PAGES = kMaxSplitPages>
 struct SmemLayout {
   static constexpr size_t kv_stage = size_t(kTile) * kHeadDim * 2;
-  static constexpr size_t k = 0;                                        // (kStages, kTile, kHeadDim)
-  static constexpr size_t v = k + kStages * kv_stage;                   // (kStages, kTile, kHeadDim)
-  static constexpr size_t m = v + kStages * kv_stage;                   // (kWarps, ROWS): running max
+  static constexpr size_t k = 0;                                        // (S, kTile, kHeadDim)
+  static constexpr size_t v = k + S * kv_stage;                         // (S, kTile, kHeadDim)
+  static constexpr size_t m = v + S * kv_stage;                         // (kWarps, ROWS): running max
   static constexpr size_t l = m + size_t(kWarps) * ROWS * 4;            // (kWarps, ROWS): running sum
-  static constexpr size_t pages = l + size_t(kWarps) * ROWS * 4;        // (kMaxSplitPages)
-  static constexpr size_t q = pages + size_t(kMaxSplitPages) * 4;       // (ROWS, kHeadDim) fp32, skewed
+  static constexpr size_t pages = l + size_t(kWarps) * ROWS * 4;        // (PAGES)
+  static constexpr size_t q = pages + size_t(PAGES) * 4;                // (ROWS, kHeadDim) fp32, skewed
   static constexpr size_t p = q + (size_t(ROWS) * kHeadDim + kQHalfSkew) * 4;      // (kWarps, kTokensPerWarp, ROWS)
   static constexpr size_t alpha = p + size_t(kWarps) * kTokensPerWarp * ROWS * 4;  // (kWarps, ROWS)
   static constexpr size_t bytes = kSimt ? alpha + size_t(kWarps) * ROWS * 4 : q;
   static_assert(size_t(kWarps) * ROWS * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
+  static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the v2 combine's weights reuse the K stages");
 };
 
 // Element offset of chunk `chunk` of tile row `token`: chunks XOR-swizzled by the row, so that the
@@ -179,13 +186,13 @@ struct BlockPlace {
 
 // Streams a split's K and V tiles into the shared-memory stages; the split's page ids are read once
 // (the page table, prefetched) and looked up from shared memory per token.
-template <class T>
+template <class T, int S = kStages>
 struct TileLoader {
   const DecodeParams& p;
   const BlockPlace& place;
-  T* sK;        // (kStages, kTile, kHeadDim), swizzled
-  T* sV;        // (kStages, kTile, kHeadDim), swizzled
-  int* sPages;  // (kMaxSplitPages)
+  T* sK;        // (S, kTile, kHeadDim), swizzled
+  T* sV;        // (S, kTile, kHeadDim), swizzled
+  int* sPages;  // (the layout's PAGES)
   int first_page;
 
   __device__ TileLoader(const DecodeParams& p, const BlockPlace& place, unsigned char* smem, size_t k_off,
@@ -233,6 +240,29 @@ struct TileLoader {
       __syncthreads();
       compute(tile, tile % kStages);
       __syncthreads();  // the next iteration's loads overwrite this stage
+    }
+    cp_async_wait<0>();
+  }
+
+  // S stages, one block-wide sync per tile: tiles t + 1 … t + S - 1 are in flight while compute(t)
+  // runs. The sync at the top of iteration t also tells that every warp is done with tile t - 1,
+  // whose stage the loads issued right after it overwrite.
+  template <class Compute>
+  __device__ void run_multistage(Compute&& compute) const {
+    static_assert(S >= 2, "at least two stages");
+    const int n_tiles = tiles();
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) {
+      if (i < n_tiles) load(i, i);
+      cp_async_commit();
+    }
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      cp_async_wait<S - 2>();  // groups are committed one per tile, empty ones too: tile's group is done
+      __syncthreads();
+      const int next = tile + S - 1;
+      if (next < n_tiles) load(next, next % S);
+      cp_async_commit();
+      compute(tile, tile % S);
     }
     cp_async_wait<0>();
   }
@@ -302,6 +332,63 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
       o = fmaf(w, __ldcg(p.partial_o + (row * p.splits + s) * kHeadDim + d), o);
     }
     static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o / sum);
+  }
+}
+
+// v2: the same combine, parallel. A warp per row reads the row's split log-sum-exps (a lane per
+// split), reduces max and sum by shuffles and leaves normalized weights in shared memory; then 32
+// threads per row (4 dims each, float4) sum the splits' partial outputs with independent loads.
+template <class T>
+__device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place, float* sW) {
+  __shared__ bool s_last_split;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.counters + int64_t(place.group) * gridDim.y + place.row_block;
+    s_last_split = atomicAdd(counter, 1) == p.splits - 1;
+    if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
+  }
+  __syncthreads();
+  if (!s_last_split) return;
+  __threadfence();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int splits = p.splits;
+  for (int r = warp; r < place.rows; r += kWarps) {  // sW: (rows, splits)
+    const float* lse = p.partial_lse + (place.first_row + r) * splits;
+    float m = -INFINITY;
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(lse + s));
+    const float base = exp_base(lanes_max<32>(m));
+    float sum = 0.f;
+    for (int s = lane; s < splits; s += 32) {
+      const float w = exp2f(__ldcg(lse + s) - base);  // 0 for a split that saw no key
+      sW[r * splits + s] = w;
+      sum += w;
+    }
+    sum = lanes_sum<32>(sum);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    __syncwarp();
+    for (int s = lane; s < splits; s += 32) sW[r * splits + s] *= inv;
+  }
+  __syncthreads();
+  for (int r = warp; r < place.rows; r += kWarps) {
+    const int64_t row = place.first_row + r;
+    const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * splits * kHeadDim) + lane;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) {
+      const float w = sW[r * splits + s];
+      const float4 v = __ldcg(po + s * (kHeadDim / 4));
+      // A split with weight 0 may hold no partial output at all: select, never multiply by it.
+      acc.x += w != 0.f ? w * v.x : 0.f;
+      acc.y += w != 0.f ? w * v.y : 0.f;
+      acc.z += w != 0.f ? w * v.z : 0.f;
+      acc.w += w != 0.f ? w * v.w : 0.f;
+    }
+    T* out = static_cast<T*>(p.o) + row * kHeadDim + 4 * lane;
+    out[0] = from_f32<T>(acc.x);
+    out[1] = from_f32<T>(acc.y);
+    out[2] = from_f32<T>(acc.z);
+    out[3] = from_f32<T>(acc.w);
   }
 }
 
@@ -444,9 +531,11 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
 // (16 rows, 16 tokens) = q (16, 128) · kᵀ, K as B straight from ldmatrix; the weights stay in
 // registers as the A operand of (16 rows, 128 dims) += p (16, 16 tokens) · V, V through
 // ldmatrix.trans. Lane l holds rows l/4 and l/4 + 8 of every fragment (PTX's groupID).
-template <class T>
+// kV2: S stages with one sync per tile, page ids for kMaxSplitPagesV2 pages, the parallel combine.
+template <class T, int S, bool kV2>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams p) {
-  using Layout = SmemLayout<kMmaRows, false>;
+  static_assert(kV2 || S == kStages, "the first mma version is double-buffered");
+  using Layout = SmemLayout<kMmaRows, false, S, kV2 ? kMaxSplitPagesV2 : kMaxSplitPages>;
   using Bits = PackedBits<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* sM = reinterpret_cast<float*>(smem + Layout::m);
@@ -469,7 +558,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
         q_frag[kk][3] = q_pair(g + 8, kk * 16 + 8 + 2 * t4);
       }
     }
-    const TileLoader<T> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
+    const TileLoader<T, S> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
 
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows g, g + 8
     const int key_end[2] = {place.key_end(p, g), place.key_end(p, g + 8)};
@@ -482,7 +571,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
     // ldmatrix row addresses: lane l names row l % 8 of matrix l / 8.
     const int mat = lane / 8, mat_row = lane % 8;
 
-    loader.run([&](int tile, int stage) {
+    auto compute = [&](int tile, int stage) {
       const T* sK_tile = loader.k_stage(stage);  // (kTile, kHeadDim)
       const T* sV_tile = loader.v_stage(stage);  // (kTile, kHeadDim)
       float s[2][4] = {};  // (2 n8 tiles of tokens) x C fragment
@@ -520,7 +609,11 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
         mma_16816<T>(o[2 * dp], p_frag, vb[0], vb[1]);
         mma_16816<T>(o[2 * dp + 1], p_frag, vb[2], vb[3]);
       }
-    });
+    };
+    if constexpr (kV2)
+      loader.run_multistage(compute);
+    else
+      loader.run(compute);
 
     // Merge the warps, as the simt variant does, from the C fragments.
     if (t4 == 0)
@@ -548,7 +641,12 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
   } else {
     write_empty_split(p, place);
   }
-  if (p.splits > 1) combine_if_last_split<T>(p, place);
+  if (p.splits > 1) {
+    if constexpr (kV2)
+      combine_if_last_split_v2<T>(p, place, reinterpret_cast<float*>(smem + Layout::k));
+    else
+      combine_if_last_split<T>(p, place);
+  }
 }
 
 template <int R>
@@ -559,7 +657,13 @@ template <class F>
 void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, F&& f) {
   dispatch_half_dtype(dtype, [&](auto type) {
     using T = typename decltype(type)::type;
-    if (variant == DecodeVariant::mma) return f(decode_mma_kernel<T>, SmemLayout<kMmaRows, false>::bytes);
+    if (variant == DecodeVariant::mma)
+      return f(decode_mma_kernel<T, kStages, false>, SmemLayout<kMmaRows, false>::bytes);
+    if (variant == DecodeVariant::mma_v2)
+      return f(decode_mma_kernel<T, kStagesV2, true>,
+               SmemLayout<kMmaRows, false, kStagesV2, kMaxSplitPagesV2>::bytes);
+    if (variant == DecodeVariant::mma_v2_2stage)
+      return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes);
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
       f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes);
@@ -588,7 +692,11 @@ int rows_total(const PagedKv& kv, const DecodeShape& shape) { return shape.heads
 }  // namespace
 
 std::string DecodePlan::describe() const {
-  return std::string(variant == DecodeVariant::mma ? "mma" : "simt") + " rows_per_block=" +
+  const char* name = variant == DecodeVariant::mma             ? "mma"
+                     : variant == DecodeVariant::mma_v2        ? "mma_v2"
+                     : variant == DecodeVariant::mma_v2_2stage ? "mma_v2_2stage"
+                                                               : "simt";
+  return std::string(name) + " rows_per_block=" +
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
          " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
          " blocks_per_sm=" + std::to_string(blocks_per_sm);
@@ -611,7 +719,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   DecodePlan plan;
   plan.variant = variant;
   const int rows = rows_total(kv, shape);
-  if (variant == DecodeVariant::mma) {
+  const bool v2 = variant == DecodeVariant::mma_v2 || variant == DecodeVariant::mma_v2_2stage;
+  if (variant != DecodeVariant::simt) {
     plan.rows_per_block = kMmaRows;
   } else {
     plan.rows_per_block = 1;
@@ -631,12 +740,14 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   const double slots = double(sm_count) * std::max(plan.blocks_per_sm, 1);
   const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
   // A split must span at most kMaxSplitPages pages whatever its alignment to them.
-  const int max_split_tiles = std::max(1, (kMaxSplitPages - 1) * kv.page_size / kTile);
+  const int max_split_tiles = std::max(1, ((v2 ? kMaxSplitPagesV2 : kMaxSplitPages) - 1) * kv.page_size / kTile);
+  const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
   double best_efficiency = -1;
   for (int want = 1; want <= tiles; ++want) {
     const int split_tiles = ceil_div(tiles, want);
     if (split_tiles > max_split_tiles) continue;
     const int splits = ceil_div(tiles, split_tiles);
+    if (v2 && splits > kMaxSplitsV2) break;
     const double waves = double(groups) * splits / slots;
     const double efficiency = waves / std::ceil(waves);
     if (efficiency > best_efficiency) {
@@ -644,8 +755,11 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
       plan.splits = splits;
       plan.split_tokens = split_tiles * kTile;
     }
-    if (efficiency >= kMinWaveEfficiency) break;
+    if (efficiency >= min_efficiency) break;
+    if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
   }
+  if (plan.splits < 1)
+    throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));
   if (plan.splits > 1) {
     const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
     plan.workspace_bytes = size_t(partial_rows) * (kHeadDim + 1) * sizeof(float) + size_t(groups) * sizeof(int);

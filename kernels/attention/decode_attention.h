@@ -26,7 +26,9 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 
 // How a block computes: fp32 FMAs on CUDA cores, or tensor cores (mma.sync m16n8k16, the group's
 // query rows as M, padded to 16).
-enum class DecodeVariant { simt, mma };
+// mma_v2 adds a 3-stage pipeline with one sync per tile, a warp-parallel split combine and a planner
+// that aims for whole waves; mma_v2_2stage is the same with 2 stages (3 blocks per SM, not 2).
+enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage };
 
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
 // and occupancy; print it with describe().

@@ -443,6 +443,16 @@ void register_attention_decode(Registry& registry) {
                       ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma, s);
                       }});
+  op.impls.push_back({"ours_v2_2stage", Role::ours,
+                      "ours + one sync per tile, warp-parallel split combine, whole-wave split planner",
+                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma_v2_2stage, s);
+                      }});
+  op.impls.push_back({"ours_v2", Role::ours,
+                      "ours_v2_2stage with 3 pipeline stages (2 tiles in flight during compute, 2 blocks per SM)",
+                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma_v2, s);
+                      }});
   registry.add(std::move(op));
 }
 

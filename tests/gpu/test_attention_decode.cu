@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_P(DecodeGpu, OursAndGatherCublasMatchTheReference) {
   auto [s, dt] = GetParam();
   Case c = decode_case(s, dt);
-  for (const char* impl : {"ours", "ours_simt", "gather_cublas"}) {
+  for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage", "gather_cublas"}) {
     CheckResult r = run_and_check(c, impl);
     EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
   }
@@ -80,16 +80,16 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
   const OpDef* op = builtin_registry().find(c.op);
   auto problem = op->make_problem(c, 5, stream);
   Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-  for (const char* impl : {"ours", "ours_simt"}) {
-  auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
-  EXPECT_GT(inst->workspace_bytes(), 0u) << "expected a split-KV plan";
-  for (int launch = 0; launch < 3; ++launch) {
-    for (auto& out : problem->outputs()) poison_nan(out, stream);
-    inst->launch(stream);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    CheckResult r = check_outputs(*problem, ref, stream);
-    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " launch " << launch << ": " << r.describe(tolerance(c));
-  }
+  for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage"}) {
+    auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
+    EXPECT_GT(inst->workspace_bytes(), 0u) << "expected a split-KV plan";
+    for (int launch = 0; launch < 3; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes(tolerance(c))) << impl << " launch " << launch << ": " << r.describe(tolerance(c));
+    }
   }
 }
 
