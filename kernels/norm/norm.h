@@ -25,4 +25,13 @@ void add_rmsnorm_forward(const void* x, const void* residual, const void* w, voi
 void layernorm_forward(const void* x, const void* w, const void* b, void* y, int64_t rows, int64_t hidden, float eps,
                        DType dtype, cudaStream_t stream);
 
+// The same three with the row split chosen by `split` (RowSplit::block is the functions above):
+// cluster_when_rows_are_few spreads each of a few rows (decode) over a cluster of blocks.
+void rmsnorm_forward(const void* x, const void* w, void* y, int64_t rows, int64_t hidden, float eps, DType dtype,
+                     RowSplit split, cudaStream_t stream);
+void add_rmsnorm_forward(const void* x, const void* residual, const void* w, void* h, void* y, int64_t rows,
+                         int64_t hidden, float eps, DType dtype, RowSplit split, cudaStream_t stream);
+void layernorm_forward(const void* x, const void* w, const void* b, void* y, int64_t rows, int64_t hidden, float eps,
+                       DType dtype, RowSplit split, cudaStream_t stream);
+
 }  // namespace topt::kernels

@@ -1,12 +1,14 @@
 // A row held in registers across one thread block, and block-wide reductions over it: the pieces
 // the norm and softmax kernels are built from.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/norm/row_tiling.h"
 
@@ -143,6 +145,56 @@ __device__ __forceinline__ void store_row(T* row, int n_vec, F&& value) {
     if (Frag::vec_index(i) < n_vec) dst[Frag::vec_index(i)] = Frag::pack(i, value);
 }
 
+// One vector stored with a streaming store (st.global.cs, evict-first): a line nothing in this kernel
+// reads again.
+template <class Vec>
+__device__ __forceinline__ void store_streaming(Vec* dst, const Vec& v) {
+  static_assert(sizeof(Vec) == 16 || sizeof(Vec) == 8 || sizeof(Vec) == 4 || sizeof(Vec) == 2, "2 to 16 bytes");
+  if constexpr (sizeof(Vec) == 16) {
+    uint4 u;
+    memcpy(&u, &v, 16);
+    __stcs(reinterpret_cast<uint4*>(dst), u);
+  } else if constexpr (sizeof(Vec) == 8) {
+    uint2 u;
+    memcpy(&u, &v, 8);
+    __stcs(reinterpret_cast<uint2*>(dst), u);
+  } else if constexpr (sizeof(Vec) == 4) {
+    unsigned u;
+    memcpy(&u, &v, 4);
+    __stcs(reinterpret_cast<unsigned*>(dst), u);
+  } else {
+    unsigned short u;
+    memcpy(&u, &v, 2);
+    __stcs(reinterpret_cast<unsigned short*>(dst), u);
+  }
+}
+
+// Writes zeros to this thread's vectors among [from, to) of the row with streaming stores.
+template <class T, int kVec, int kVpt>
+__device__ __forceinline__ void store_zeros_streaming(T* row, int from, int to) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  using Vec = typename Frag::Vec;
+  Vec* dst = reinterpret_cast<Vec*>(row);
+  Vec zero;
+#pragma unroll
+  for (int k = 0; k < Frag::kWords; ++k) zero.w[k] = 0;
+#pragma unroll
+  for (int i = 0; i < kVpt; ++i) {
+    const int v = Frag::vec_index(i);
+    if (v >= from && v < to) store_streaming(dst + v, zero);
+  }
+}
+
+// store_row with streaming stores.
+template <class T, int kVec, int kVpt, class F>
+__device__ __forceinline__ void store_row_streaming(T* row, int n_vec, F&& value) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  auto* dst = reinterpret_cast<typename Frag::Vec*>(row);
+#pragma unroll
+  for (int i = 0; i < kVpt; ++i)
+    if (Frag::vec_index(i) < n_vec) store_streaming(dst + Frag::vec_index(i), Frag::pack(i, value));
+}
+
 struct Sum {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
@@ -178,5 +230,54 @@ __device__ __forceinline__ V block_allreduce(V v, Op op, V identity) {
 
 __device__ __forceinline__ float block_sum(float v) { return block_allreduce(v, Sum{}, 0.f); }
 __device__ __forceinline__ float block_max(float v) { return block_allreduce(v, Max{}, -INFINITY); }
+
+// ---- A row split over the blocks of a thread-block cluster (decode rows: few rows, idle SMs) ----
+
+// This block's rank in its (1-D) cluster, and the cluster's size in blocks.
+__device__ __forceinline__ unsigned cluster_rank() { return cooperative_groups::this_cluster().block_rank(); }
+__device__ __forceinline__ unsigned cluster_blocks() { return cooperative_groups::this_cluster().num_blocks(); }
+
+// Cluster barrier halves: arrive (release) once this block's remote reads are done, wait (acquire)
+// before the block exits, so that no block's shared memory goes away while another still reads it.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// op over the cluster's blocks of `block_value` (already reduced over this block, the same in every
+// thread), returned to every thread: each block posts its value in its shared memory, one cluster
+// barrier, then each warp reads every block's value through distributed shared memory (lane k from
+// rank k, so at most 32 blocks) and reduces them with shuffles. The caller ends with cluster_wait()
+// before it exits (this arrives; the wait is deferred so that it overlaps the row's stores).
+template <class V, class Op>
+__device__ __forceinline__ V cluster_allreduce(V block_value, Op op, V identity) {
+  __shared__ V posted;
+  if (threadIdx.x == 0) posted = block_value;
+  cluster_arrive();
+  cluster_wait();
+  const unsigned lane = threadIdx.x % 32;
+  V v = identity;
+  if (lane < cluster_blocks()) v = *cooperative_groups::this_cluster().map_shared_rank(&posted, lane);
+  v = warp_allreduce(v, op);
+  cluster_arrive();
+  return v;
+}
+
+// Launches `kernel` over rows × kRowClusterBlocks blocks in clusters of kRowClusterBlocks, one row
+// per cluster, each block holding a slice of `slice_vec` vectors at `vpt` per thread.
+template <class... KernelArgs, class... Args>
+void launch_on_clusters(void (*kernel)(KernelArgs...), int64_t rows, int slice_vec, int vpt, cudaStream_t stream,
+                        const Args&... args) {
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kRowClusterBlocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(rows * kRowClusterBlocks));
+  config.blockDim = dim3(unsigned(((slice_vec + vpt - 1) / vpt + 31) / 32 * 32));
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
 
 }  // namespace topt::kernels

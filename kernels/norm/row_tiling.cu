@@ -1,3 +1,4 @@
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "kernels/norm/row_tiling.h"
@@ -35,6 +36,16 @@ RowTiling choose_row_tiling(int64_t cols, DType dtype, int target_vpt) {
   int vpt = target_vpt;
   while (vpt < kMaxVectorsPerThread && ceil_div(n_vec, vpt) > kMaxRowThreads) vpt *= 2;
   return {vec, vpt, int(ceil_div(ceil_div(n_vec, vpt), 32) * 32)};
+}
+
+int cluster_slice_vectors(int64_t rows, int64_t n_vec, int vpt) {
+  int device = 0, sm_count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  const int64_t slice = ceil_div(n_vec, kRowClusterBlocks);
+  if (rows * kRowClusterBlocks > sm_count || slice > int64_t(vpt) * kMaxRowThreads) return 0;
+  return int(slice);
 }
 
 }  // namespace topt::kernels

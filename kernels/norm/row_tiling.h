@@ -31,6 +31,21 @@ std::string row_unsupported(int64_t rows, int64_t cols, DType dtype, const char*
 // sets its target from measurement (kernels/norm/NOTES.md).
 RowTiling choose_row_tiling(int64_t cols, DType dtype, int target_vpt);
 
+// How a kernel spreads rows over blocks.
+enum class RowSplit {
+  block,                     // one block per row
+  cluster_when_rows_are_few  // decode rows: a row over a cluster of blocks when the rows alone leave SMs idle
+};
+
+// Blocks per cluster for a split row: 8, the portable cluster size.
+constexpr int kRowClusterBlocks = 8;
+
+// The split a kernel takes for `rows` rows of `n_vec` vectors at `vpt` vectors per thread: a cluster
+// of kRowClusterBlocks blocks per row when rows × kRowClusterBlocks blocks fit the device's SMs at
+// once and a slice fits one block; otherwise one block per row. Returns the vectors per block (its
+// slice), 0 for one block per row.
+int cluster_slice_vectors(int64_t rows, int64_t n_vec, int vpt);
+
 // Calls f(std::integral_constant<int, v>{}) for the v among kValues that equals `value`.
 template <int... kValues, class F>
 void dispatch_int(int value, F&& f) {

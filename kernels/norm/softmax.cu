@@ -10,6 +10,9 @@ namespace {
 
 // 4 vectors per thread (128 threads for a 4096-wide bf16 row): the tiling measured for this family.
 constexpr int kSoftmaxVectorsPerThread = 4;
+// Vectors per thread of a row split over a cluster: a 4096-wide bf16 row's slice (64 vectors) is
+// one warp; a 32000-wide one's (500) 256 threads.
+constexpr int kClusterVpt = 2;
 
 // Room kept beside a staged row for the kernel's static shared memory (the reductions' partials,
 // a few hundred bytes).
@@ -45,17 +48,27 @@ void launch_staged(const SoftmaxArgs<T>& args, int64_t rows, SoftmaxAlgo algo, c
 template <bool kCausal>
 void launch_softmax(const char* op, const char* width_axis, const void* x, void* y, int64_t rows, int64_t cols,
                     float scale, DType dtype, SoftmaxAlgo algo, bool read_masked, RowStorage storage,
-                    cudaStream_t stream) {
+                    RowSplit split, CausalSchedule schedule, cudaStream_t stream) {
   if (auto why = row_unsupported(rows, cols, dtype, width_axis); !why.empty())
     throw Unsupported(std::string(op) + ": " + why);
   if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
   if (storage == RowStorage::shared_memory)
     if (auto why = softmax_staged_unsupported(rows, cols, dtype); !why.empty()) throw Unsupported(why);
   const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
+  const int slice_vec = !kCausal && split == RowSplit::cluster_when_rows_are_few
+                            ? cluster_slice_vectors(rows, cols / tiling.vec, kClusterVpt)
+                            : 0;
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SoftmaxArgs<T> args{static_cast<const T*>(x), static_cast<T*>(y), int(cols), float(scale * M_LOG2E),
-                              read_masked};
+                              read_masked, schedule.zeros_first, schedule.long_rows_first, schedule.stream_stores};
+    if (slice_vec > 0) {
+      dispatch_int<1, 2, 4, 8>(tiling.vec, [&](auto vec) {
+        launch_on_clusters(softmax_cluster_kernel<T, decltype(vec)::value, kClusterVpt>, rows, slice_vec, kClusterVpt,
+                           stream, args, slice_vec);
+      });
+      return;
+    }
     if (storage == RowStorage::shared_memory) return launch_staged(args, rows, algo, stream);
     dispatch_row_tiling<4, 8>(tiling, [&](auto vec, auto vpt) {
       auto launch = [&](auto kernel) { kernel<<<unsigned(rows), tiling.threads, 0, stream>>>(args); };
@@ -78,13 +91,23 @@ std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype) 
 
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
                      RowStorage storage, cudaStream_t stream) {
-  launch_softmax<false>("softmax", "cols", x, y, rows, cols, 1.f, dtype, algo, false, storage, stream);
+  softmax_forward(x, y, rows, cols, dtype, algo, storage, RowSplit::block, stream);
+}
+
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
+                     RowStorage storage, RowSplit split, cudaStream_t stream) {
+  launch_softmax<false>("softmax", "cols", x, y, rows, cols, 1.f, dtype, algo, false, storage, split, {}, stream);
 }
 
 void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
                             SoftmaxAlgo algo, CausalLoads loads, cudaStream_t stream) {
+  causal_softmax_forward(x, y, batch_heads, seq, scale, dtype, algo, loads, CausalSchedule{}, stream);
+}
+
+void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
+                            SoftmaxAlgo algo, CausalLoads loads, CausalSchedule schedule, cudaStream_t stream) {
   launch_softmax<true>("causal_softmax", "seq", x, y, batch_heads * seq, seq, scale, dtype, algo,
-                       loads == CausalLoads::whole_row, RowStorage::registers, stream);
+                       loads == CausalLoads::whole_row, RowStorage::registers, RowSplit::block, schedule, stream);
 }
 
 }  // namespace topt::kernels

@@ -14,6 +14,9 @@ struct SoftmaxArgs {
   int cols;
   float scale_log2e;  // the op's scale times log2(e); > 0
   bool read_masked;   // causal only: also load the masked keys (the whole row), for the ladder
+  bool zeros_first;      // causal only: write the masked tail right after issuing the loads (streaming stores)
+  bool long_rows_first;  // causal only: block b takes row rows − 1 − b, so the grid ends on short rows
+  bool stream_stores;    // causal only: the row's values too are stored streaming (evict-first)
 };
 
 // exp2 on the special-function unit (a few ulp; subnormal results flush to 0), exp2(−inf) = 0.
@@ -77,14 +80,17 @@ template <class T, int kVec, int kVpt, SoftmaxAlgo kAlgo, bool kCausal>
 __global__ void __launch_bounds__(kMaxRowThreads) softmax_kernel(const SoftmaxArgs<T> a) {
   using Frag = RowFragment<T, kVec, kVpt>;
   const int n_vec = a.cols / kVec;
-  const size_t row = size_t(blockIdx.x) * a.cols;
+  const unsigned block = kCausal && a.long_rows_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const size_t row = size_t(block) * a.cols;
   // Causal: row r is query r % seq of its head; keys past it are masked. Only the vectors holding a
   // key at or before the query are loaded; the rest of the row is written as zeros.
-  const int n_keys = kCausal ? int(blockIdx.x % unsigned(a.cols)) + 1 : a.cols;
+  const int n_keys = kCausal ? int(block % unsigned(a.cols)) + 1 : a.cols;
   const int n_load = kCausal && !a.read_masked ? (n_keys + kVec - 1) / kVec : n_vec;
 
   Frag x;
   x.load(a.x + row, n_load, -INFINITY);
+  const bool zeros_first = kCausal && a.zeros_first;
+  if (zeros_first) store_zeros_streaming<T, kVec, kVpt>(a.y + row, n_load, n_vec);
   auto value = [&](int i, int j) { return kCausal && Frag::col(i, j) >= n_keys ? -INFINITY : x.at(i, j); };
   auto for_each = [&](auto&& f) {
     for_each_element<kVpt, kVec>([&](int i, int j) { f(value(i, j)); });
@@ -92,10 +98,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_kernel(const SoftmaxAr
   };
   const MaxSum stats = block_max_sum<kAlgo>(for_each, a.scale_log2e);
   const float inv_sum = inverse_or_zero(stats.sum);
-  store_row<T, kVec, kVpt>(a.y + row, n_vec, [&](int i, int j) {
+  auto y = [&](int i, int j) {
     if (kCausal && Frag::vec_index(i) >= n_load) return 0.f;
     return fast_exp2((value(i, j) - stats.max) * a.scale_log2e) * inv_sum;
-  });
+  };
+  const int n_store = zeros_first ? n_load : n_vec;
+  if (kCausal && a.stream_stores) store_row_streaming<T, kVec, kVpt>(a.y + row, n_store, y);
+  else store_row<T, kVec, kVpt>(a.y + row, n_store, y);
 }
 
 // 16 bytes from global to shared memory without passing through registers (LDGSTS), L2 only.
@@ -144,6 +153,36 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_staged_kernel(const So
     const Frag x = vector(v);
     y_row[v] = Frag::pack(0, [&](int, int j) { return fast_exp2((x.at(0, j) - stats.max) * a.scale_log2e) * inv_sum; });
   }
+}
+
+// Decode rows: row blockIdx.x / cluster size split over a cluster's blocks, block `rank` taking
+// vectors [rank · slice_vec, (rank + 1) · slice_vec). Each block reduces its slice to an online
+// (max, sum) pair; the pairs merge through distributed shared memory (one cluster barrier). A
+// 32000-wide row then loads 8 KB per SM instead of 64 KB into one.
+template <class T, int kVec, int kVpt>
+__global__ void __launch_bounds__(kMaxRowThreads) softmax_cluster_kernel(const SoftmaxArgs<T> a, int slice_vec) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  const int n_vec = a.cols / kVec;
+  const int first = int(cluster_rank()) * slice_vec;
+  const int n_local = max(0, min(n_vec - first, slice_vec));
+  const size_t row = size_t(blockIdx.x / cluster_blocks()) * a.cols + size_t(first) * kVec;  // this block's slice
+
+  Frag x;
+  x.load(a.x + row, n_local, -INFINITY);
+  MaxSum part{-INFINITY, 0.f};
+  for_each_element<kVpt, kVec>([&](int i, int j) { part.max = fmaxf(part.max, x.at(i, j)); });
+  x.keep_packed();
+  const float part_max = finite_or_zero(part.max);
+  for_each_element<kVpt, kVec>([&](int i, int j) { part.sum += fast_exp2((x.at(i, j) - part_max) * a.scale_log2e); });
+  x.keep_packed();
+  const MergeMaxSum merge{a.scale_log2e};
+  const MaxSum none{-INFINITY, 0.f};
+  const MaxSum total = cluster_allreduce(block_allreduce(part, merge, none), merge, none);
+  const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
+  store_row<T, kVec, kVpt>(a.y + row, n_local, [&](int i, int j) {
+    return fast_exp2((x.at(i, j) - max) * a.scale_log2e) * inv_sum;
+  });
+  cluster_wait();
 }
 
 }  // namespace topt::kernels

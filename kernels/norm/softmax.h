@@ -34,6 +34,11 @@ std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype);
 // y = softmax(x) over each row of x [rows, cols].
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
                      RowStorage storage, cudaStream_t stream);
+// The same with the row split chosen by `split`: cluster_when_rows_are_few spreads each of a few
+// rows (decode) over a cluster of blocks (registers, online reduction; `storage` and `algo` then
+// apply only where the rows are many).
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
+                     RowStorage storage, RowSplit split, cudaStream_t stream);
 
 // Which keys the causal kernel loads: the masked ones carry no information, so skipping them halves
 // the bytes read over a square score matrix.
@@ -43,5 +48,14 @@ enum class CausalLoads { unmasked_keys, whole_row };
 // [batch_heads, seq, seq]; scale > 0 (attention: 1/sqrt(head_dim)).
 void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
                             SoftmaxAlgo algo, CausalLoads loads, cudaStream_t stream);
+
+// When the causal kernel writes the masked zeros, and in which order its blocks take the rows.
+struct CausalSchedule {
+  bool zeros_first = false;      // the masked tail is stored (streaming, evict-first) as soon as the loads are issued
+  bool long_rows_first = false;  // block b takes row rows − 1 − b: the longest rows start first, the grid ends on short ones
+  bool stream_stores = false;    // the row's values stored streaming (evict-first) as well as its zeros
+};
+void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
+                            SoftmaxAlgo algo, CausalLoads loads, CausalSchedule schedule, cudaStream_t stream);
 
 }  // namespace topt::kernels

@@ -137,6 +137,18 @@ void register_layernorm(Registry& registry) {
                                                      q.shape.hidden, q.shape.eps, q.shape.dtype, s);
                         });
                       }});
+  op.impls.push_back({"ours_v2", Role::ours,
+                      "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster, statistics merged through "
+                      "DSMEM (Chan's formula, one cluster barrier)",
+                      norm_ours_unsupported,
+                      [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
+                        const auto& q = as_layernorm(p);
+                        return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
+                          kernels::layernorm_forward(q.x->data, q.w->data, q.b->data, q.y->data, q.shape.tokens,
+                                                     q.shape.hidden, q.shape.eps, q.shape.dtype,
+                                                     kernels::RowSplit::cluster_when_rows_are_few, s);
+                        });
+                      }});
   registry.add(std::move(op));
 }
 

@@ -117,13 +117,26 @@ Impl cudnn_impl(Role role, const char* note) {
 }
 
 // Our fused RMSNorm; after the unfused residual add where the op has one.
-std::unique_ptr<Instance> ours_rmsnorm(const RmsNormProblem& q) {
-  return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
+std::unique_ptr<Instance> ours_rmsnorm(const RmsNormProblem& q,
+                                       kernels::RowSplit split = kernels::RowSplit::block) {
+  return std::make_unique<LambdaInstance>([&q, split](cudaStream_t s) {
     q.add_residual_unfused(s);
     kernels::rmsnorm_forward(q.norm_input(), q.w->data, q.y->data, q.shape.tokens, q.shape.hidden, q.shape.eps,
-                             q.shape.dtype, s);
+                             q.shape.dtype, split, s);
   });
 }
+
+// Our fused residual add + RMSNorm.
+std::unique_ptr<Instance> ours_add_rmsnorm(const RmsNormProblem& q, kernels::RowSplit split) {
+  return std::make_unique<LambdaInstance>([&q, split](cudaStream_t s) {
+    kernels::add_rmsnorm_forward(q.x->data, q.residual->data, q.w->data, q.h->data, q.y->data, q.shape.tokens,
+                                 q.shape.hidden, q.shape.eps, q.shape.dtype, split, s);
+  });
+}
+
+constexpr const char* kClusterNote =
+    "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster (<= 2 KB of x and w per SM, a warp-sized "
+    "slice at 4096), partial sums merged through DSMEM, one cluster barrier";
 
 }  // namespace
 
@@ -205,6 +218,10 @@ void register_rmsnorm(Registry& registry) {
                       norm_ours_unsupported, [](const Problem& p, const Case&, cudaStream_t) {
                         return ours_rmsnorm(as_rmsnorm(p));
                       }});
+  op.impls.push_back({"ours_v2", Role::ours, kClusterNote, norm_ours_unsupported,
+                      [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_rmsnorm(as_rmsnorm(p), kernels::RowSplit::cluster_when_rows_are_few);
+                      }});
   registry.add(std::move(op));
 }
 
@@ -222,13 +239,12 @@ void register_add_rmsnorm(Registry& registry) {
                       }});
   op.impls.push_back(cudnn_impl(Role::baseline, "add kernel, then the cuDNN graph API rmsnorm"));
   op.impls.push_back({"ours", Role::ours, "fused: x and residual read once, h and y written from registers",
-                      norm_ours_unsupported,
-                      [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        const auto& q = as_rmsnorm(p);
-                        return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
-                          kernels::add_rmsnorm_forward(q.x->data, q.residual->data, q.w->data, q.h->data, q.y->data,
-                                                       q.shape.tokens, q.shape.hidden, q.shape.eps, q.shape.dtype, s);
-                        });
+                      norm_ours_unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_add_rmsnorm(as_rmsnorm(p), kernels::RowSplit::block);
+                      }});
+  op.impls.push_back({"ours_v2", Role::ours, kClusterNote, norm_ours_unsupported,
+                      [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_add_rmsnorm(as_rmsnorm(p), kernels::RowSplit::cluster_when_rows_are_few);
                       }});
   registry.add(std::move(op));
 }

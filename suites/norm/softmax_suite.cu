@@ -150,17 +150,20 @@ Cost softmax_cost(const SoftmaxShape& s) {
 // two-pass at every softmax shape, by up to 5% on 32000- and 32768-wide rows (kernels/norm/NOTES.md).
 constexpr kernels::SoftmaxAlgo kPromotedAlgo = kernels::SoftmaxAlgo::online;
 
-std::unique_ptr<Instance> ours_causal(const SoftmaxProblem& q, kernels::CausalLoads loads) {
-  return std::make_unique<LambdaInstance>([&q, loads](cudaStream_t s) {
+std::unique_ptr<Instance> ours_causal(const SoftmaxProblem& q, kernels::CausalLoads loads,
+                                      kernels::CausalSchedule schedule = {}) {
+  return std::make_unique<LambdaInstance>([&q, loads, schedule](cudaStream_t s) {
     kernels::causal_softmax_forward(q.x->data, q.y->data, q.shape.batch_heads(), q.shape.cols, float(q.shape.scale),
-                                    q.shape.dtype, kPromotedAlgo, loads, s);
+                                    q.shape.dtype, kPromotedAlgo, loads, schedule, s);
   });
 }
 
 std::unique_ptr<Instance> ours_softmax(const SoftmaxProblem& q, kernels::SoftmaxAlgo algo,
-                                       kernels::RowStorage storage) {
-  return std::make_unique<LambdaInstance>([&q, algo, storage](cudaStream_t s) {
-    kernels::softmax_forward(q.x->data, q.y->data, q.shape.rows, q.shape.cols, q.shape.dtype, algo, storage, s);
+                                       kernels::RowStorage storage,
+                                       kernels::RowSplit split = kernels::RowSplit::block) {
+  return std::make_unique<LambdaInstance>([&q, algo, storage, split](cudaStream_t s) {
+    kernels::softmax_forward(q.x->data, q.y->data, q.shape.rows, q.shape.cols, q.shape.dtype, algo, storage, split,
+                             s);
   });
 }
 
@@ -243,6 +246,13 @@ void register_softmax(Registry& registry) {
                       [](const Problem& p, const Case&, cudaStream_t) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::shared_memory);
                       }});
+  op.impls.push_back({"ours_v2", Role::ours,
+                      "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster (8 KB per SM at 32000 "
+                      "wide), the blocks' (max, sum) pairs merged through DSMEM, one cluster barrier",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
+                                            kernels::RowSplit::cluster_when_rows_are_few);
+                      }});
   registry.add(std::move(op));
 }
 
@@ -295,6 +305,22 @@ void register_causal_softmax(Registry& registry) {
                       "loads only the keys at or before the query (half the reads); masked outputs written as zeros",
                       unsupported, [](const Problem& p, const Case&, cudaStream_t) {
                         return ours_causal(as_softmax(p), kernels::CausalLoads::unmasked_keys);
+                      }});
+  op.impls.push_back({"ours_v2", Role::ours,
+                      "ours; the masked tail stored (streaming st.global.cs) right after the loads are issued, "
+                      "under their latency, instead of after the reduction",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_causal(as_softmax(p), kernels::CausalLoads::unmasked_keys, {true, false, false});
+                      }});
+  op.impls.push_back({"ours_v3", Role::ours,
+                      "ours_v2; blocks take the rows last query first, so the longest rows start first and the grid "
+                      "ends on short ones",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_causal(as_softmax(p), kernels::CausalLoads::unmasked_keys, {true, true, false});
+                      }});
+  op.impls.push_back({"ours_v4", Role::ours, "ours_v3; the row's values also stored streaming (evict-first)",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                        return ours_causal(as_softmax(p), kernels::CausalLoads::unmasked_keys, {true, true, true});
                       }});
   registry.add(std::move(op));
 }

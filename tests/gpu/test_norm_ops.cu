@@ -42,9 +42,9 @@ struct OpCase {
   std::vector<std::string> impls;
 };
 
-const std::vector<std::string> kNormImpls{"ours", "unfused", "cudnn"};
-const std::vector<std::string> kSoftmaxImpls{"ours", "ours_twopass", "ours_staged", "unfused", "cudnn"};
-const std::vector<std::string> kCausalImpls{"ours", "ours_fullrow", "cudnn"};
+const std::vector<std::string> kNormImpls{"ours", "ours_v2", "unfused", "cudnn"};
+const std::vector<std::string> kSoftmaxImpls{"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused", "cudnn"};
+const std::vector<std::string> kCausalImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow", "cudnn"};
 
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
@@ -57,6 +57,14 @@ std::vector<OpCase> op_cases() {
     cases.push_back({"add_rmsnorm_" + shape, "add_rmsnorm", norm_params(tokens, hidden), kNormImpls});
     cases.push_back({"layernorm_" + shape, "layernorm", norm_params(tokens, hidden), kNormImpls});
   }
+  // rmsnorm's own cases are in test_rmsnorm.cu; here the cluster rung (ours_v2) against ours on rows
+  // that take the cluster split (rows x 8 <= SMs: every one here but 64 x 8192, which takes one block
+  // per row) and on widths whose slices leave blocks empty (7 x 13: 2 vectors per block, 7 blocks).
+  for (auto [tokens, hidden] : norm_shapes)
+    cases.push_back({"rmsnorm_" + std::to_string(tokens) + "x" + std::to_string(hidden), "rmsnorm",
+                     norm_params(tokens, hidden), {"ours", "ours_v2"}});
+  cases.push_back({"rmsnorm_1x65536", "rmsnorm", norm_params(1, 65536), {"ours", "ours_v2"}});
+  cases.push_back({"layernorm_1x12", "layernorm", norm_params(1, 12), {"ours", "ours_v2"}});
 
   const std::vector<std::pair<int64_t, int64_t>> softmax_shapes{{1, 4096},  {16, 32000}, {64, 512}, {3, 4100},
                                                                 {2, 32768}, {5, 4098},   {7, 13},   {4, 1}};
@@ -67,16 +75,20 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"softmax_extreme_odd", "softmax", softmax_params(8, 1001, "extreme"), kSoftmaxImpls});
   // cuDNN gives NaN on such rows (see CudnnSoftmaxGivesNanOnAllNegInfRows); the op defines zeros.
   cases.push_back({"softmax_neg_inf_rows", "softmax", softmax_params(9, 4096, "neg_inf_rows"),
-                   {"ours", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused"}});
   cases.push_back({"softmax_neg_inf_rows_wide", "softmax", softmax_params(6, 32768, "neg_inf_rows"),
-                   {"ours", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused"}});
+  // A slice of -inf beside finite ones: the cluster merge must not let an empty block's max (−inf)
+  // or a masked slice decide the row's max.
+  cases.push_back({"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2"}});
 
   for (int64_t seq : {1, 7, 64, 1000, 1001})
     cases.push_back({"causal_seq" + std::to_string(seq), "causal_softmax", causal_params(2, 3, seq), kCausalImpls});
   // The baseline rounds scale·x to the dtype before its softmax, too coarse at ±1e4: ours only.
-  cases.push_back({"causal_extreme", "causal_softmax", causal_params(1, 2, 256, "extreme"), {"ours", "ours_fullrow"}});
+  cases.push_back({"causal_extreme", "causal_softmax", causal_params(1, 2, 256, "extreme"),
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow"}});
   cases.push_back({"causal_neg_inf_rows", "causal_softmax", causal_params(1, 2, 64, "neg_inf_rows"),
-                   {"ours", "ours_fullrow"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow"}});
   return cases;
 }
 
