@@ -1,12 +1,11 @@
 // The cuDNN frontend graphs behind cudnn_norm.h: the one file that includes cudnn_frontend.h.
 #include "baselines/cudnn/cudnn_norm.h"
 
-#include <cudnn_frontend.h>
-
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
 
+#include "baselines/cudnn/frontend_common.h"
 #include "harness/cuda_check.h"
 
 namespace topt::cudnn {
@@ -33,15 +32,10 @@ cudnnHandle_t handle() {
 
 namespace {
 
-namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // execute() hands the frontend its pointers sorted by tensor uid, so fixed uids fix that order.
 enum : int64_t { kUidX = 1, kUidScale, kUidBias, kUidY };
-
-void require(fe::error_t err, const char* op) {
-  if (err.is_bad()) throw Unsupported(std::string("cuDNN ") + op + ": " + err.get_message());
-}
 
 fe::DataType_t io_type(DType t, const char* op) {
   switch (t) {
@@ -93,15 +87,6 @@ size_t build(fe::graph::Graph& g, const TensorPtr& y, fe::DataType_t io, const c
   return size_t(workspace);
 }
 
-// `ptrs` in uid order; cuDNN only reads the inputs among them.
-void run(const fe::graph::Graph& g, void** ptrs, int n, void* workspace, cudaStream_t stream,
-         const char* op) {
-  cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
-  fe::error_t err = g.execute(h, ptrs, n, workspace);
-  if (err.is_bad())
-    throw std::runtime_error(std::string("cuDNN ") + op + " execute: " + err.get_message());
-}
 
 }  // namespace
 
@@ -133,7 +118,7 @@ size_t RmsNormGraph::workspace_bytes() const { return state_->workspace; }
 void RmsNormGraph::execute(const void* x, const void* w, void* y, void* workspace,
                            cudaStream_t stream) const {
   void* ptrs[] = {const_cast<void*>(x), const_cast<void*>(w), y};
-  run(state_->graph, ptrs, 3, workspace, stream, "rmsnorm");
+  execute_graph(state_->graph, ptrs, 3, workspace, stream, "rmsnorm");
 }
 
 struct LayerNormGraph::State {
@@ -165,7 +150,7 @@ size_t LayerNormGraph::workspace_bytes() const { return state_->workspace; }
 void LayerNormGraph::execute(const void* x, const void* w, const void* b, void* y,
                              void* workspace, cudaStream_t stream) const {
   void* ptrs[] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(b), y};
-  run(state_->graph, ptrs, 4, workspace, stream, "layernorm");
+  execute_graph(state_->graph, ptrs, 4, workspace, stream, "layernorm");
 }
 
 }  // namespace topt::cudnn

@@ -1,27 +1,20 @@
 // The cuDNN frontend SDPA graphs behind cudnn_sdpa.h.
 #include "baselines/cudnn/cudnn_sdpa.h"
 
-#include <cudnn_frontend.h>
-
 #include <stdexcept>
 #include <string>
 
-#include "baselines/cudnn/cudnn_norm.h"
+#include "baselines/cudnn/frontend_common.h"
 #include "harness/cuda_check.h"
 
 namespace topt::cudnn {
 
 namespace {
 
-namespace fe = cudnn_frontend;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // execute() hands the frontend its pointers sorted by uid, so fixed uids fix that order.
 enum : int64_t { kUidQ = 1, kUidK, kUidV, kUidO, kUidSeqQ, kUidSeqKv, kUidPageK, kUidPageV };
-
-void require_sdpa(fe::error_t err) {
-  if (err.is_bad()) throw Unsupported("cuDNN sdpa: " + err.get_message());
-}
 
 // A packed 4-D tensor (row-major strides).
 TensorPtr tensor4(fe::graph::Graph& g, const char* name, int64_t uid, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
@@ -81,13 +74,13 @@ SdpaDecodeGraph::SdpaDecodeGraph(const SdpaDecodeShape& s) : state_(std::make_un
       .set_dim({s.batch, s.heads, s.q_len, s.head_dim})
       .set_stride({s.heads * s.q_len * s.head_dim, s.q_len * s.head_dim, s.head_dim, 1});
 
-  require_sdpa(g.validate());
-  require_sdpa(g.build_operation_graph(handle()));
-  require_sdpa(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}));
-  require_sdpa(g.check_support());
-  require_sdpa(g.build_plans());
+  require(g.validate(), "sdpa");
+  require(g.build_operation_graph(handle()), "sdpa");
+  require(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "sdpa");
+  require(g.check_support(), "sdpa");
+  require(g.build_plans(), "sdpa");
   int64_t workspace = 0;
-  require_sdpa(g.get_workspace_size(workspace));
+  require(g.get_workspace_size(workspace), "sdpa");
   state_->workspace = size_t(workspace);
 }
 
@@ -104,10 +97,7 @@ void SdpaDecodeGraph::execute(const void* q, const void* k, const void* v, void*
   void* ptrs[] = {const_cast<void*>(q),         const_cast<void*>(k),          const_cast<void*>(v), o,
                   const_cast<int32_t*>(seq_len_q), const_cast<int32_t*>(seq_len_kv), const_cast<int32_t*>(page_table),
                   const_cast<int32_t*>(page_table)};
-  cudnnHandle_t h = handle();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
-  fe::error_t err = state_->graph.execute(h, ptrs, state_->paged ? 8 : 6, workspace);
-  if (err.is_bad()) throw std::runtime_error("cuDNN sdpa execute: " + err.get_message());
+  execute_graph(state_->graph, ptrs, state_->paged ? 8 : 6, workspace, stream, "sdpa");
 }
 
 }  // namespace topt::cudnn

@@ -303,9 +303,9 @@ __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place
     p.partial_lse[(place.first_row + r) * p.splits + place.split] = -INFINITY;
 }
 
-// Publishes this split; the group's last block to finish combines all splits by their log-sum-exp.
-template <class T>
-__device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& place) {
+// Publishes this split's partial results; true in (every thread of) the group's last block to finish,
+// which then sees every split's results and combines them.
+__device__ bool is_last_split(const DecodeParams& p, const BlockPlace& place) {
   __shared__ bool s_last_split;
   __threadfence();
   __syncthreads();
@@ -315,8 +315,14 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
     if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
   }
   __syncthreads();
-  if (!s_last_split) return;
-  __threadfence();
+  if (s_last_split) __threadfence();
+  return s_last_split;
+}
+
+// The group's last block to finish combines all splits by their log-sum-exp.
+template <class T>
+__device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& place) {
+  if (!is_last_split(p, place)) return;
   for (int i = threadIdx.x; i < place.rows * kHeadDim; i += kThreads) {
     const int64_t row = place.first_row + i / kHeadDim;
     const int d = i % kHeadDim;
@@ -340,17 +346,7 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
 // threads per row (4 dims each, float4) sum the splits' partial outputs with independent loads.
 template <class T>
 __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place, float* sW) {
-  __shared__ bool s_last_split;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = p.counters + int64_t(place.group) * gridDim.y + place.row_block;
-    s_last_split = atomicAdd(counter, 1) == p.splits - 1;
-    if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
-  }
-  __syncthreads();
-  if (!s_last_split) return;
-  __threadfence();
+  if (!is_last_split(p, place)) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int splits = p.splits;
   for (int r = warp; r < place.rows; r += kWarps) {  // sW: (rows, splits)

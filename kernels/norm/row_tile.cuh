@@ -135,15 +135,6 @@ struct RowFragment {
   }
 };
 
-// Writes value(i, j) (fp32, rounded to T) for this thread's vectors among the row's first `n_vec`.
-template <class T, int kVec, int kVpt, class F>
-__device__ __forceinline__ void store_row(T* row, int n_vec, F&& value) {
-  using Frag = RowFragment<T, kVec, kVpt>;
-  auto* dst = reinterpret_cast<typename Frag::Vec*>(row);
-#pragma unroll
-  for (int i = 0; i < kVpt; ++i)
-    if (Frag::vec_index(i) < n_vec) dst[Frag::vec_index(i)] = Frag::pack(i, value);
-}
 
 // One vector stored with a streaming store (st.global.cs, evict-first): a line nothing in this kernel
 // reads again.
@@ -169,6 +160,20 @@ __device__ __forceinline__ void store_streaming(Vec* dst, const Vec& v) {
   }
 }
 
+// Writes value(i, j) (fp32, rounded to T) for this thread's vectors among the row's first `n_vec`;
+// with kStreaming, as streaming stores.
+template <class T, int kVec, int kVpt, bool kStreaming = false, class F>
+__device__ __forceinline__ void store_row(T* row, int n_vec, F&& value) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  auto* dst = reinterpret_cast<typename Frag::Vec*>(row);
+#pragma unroll
+  for (int i = 0; i < kVpt; ++i) {
+    if (Frag::vec_index(i) >= n_vec) continue;
+    if constexpr (kStreaming) store_streaming(dst + Frag::vec_index(i), Frag::pack(i, value));
+    else dst[Frag::vec_index(i)] = Frag::pack(i, value);
+  }
+}
+
 // Writes zeros to this thread's vectors among [from, to) of the row with streaming stores.
 template <class T, int kVec, int kVpt>
 __device__ __forceinline__ void store_zeros_streaming(T* row, int from, int to) {
@@ -185,15 +190,6 @@ __device__ __forceinline__ void store_zeros_streaming(T* row, int from, int to) 
   }
 }
 
-// store_row with streaming stores.
-template <class T, int kVec, int kVpt, class F>
-__device__ __forceinline__ void store_row_streaming(T* row, int n_vec, F&& value) {
-  using Frag = RowFragment<T, kVec, kVpt>;
-  auto* dst = reinterpret_cast<typename Frag::Vec*>(row);
-#pragma unroll
-  for (int i = 0; i < kVpt; ++i)
-    if (Frag::vec_index(i) < n_vec) store_streaming(dst + Frag::vec_index(i), Frag::pack(i, value));
-}
 
 struct Sum {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_kernel(const SoftmaxAr
     return fast_exp2((value(i, j) - stats.max) * a.scale_log2e) * inv_sum;
   };
   const int n_store = zeros_first ? n_load : n_vec;
-  if (kCausal && a.stream_stores) store_row_streaming<T, kVec, kVpt>(a.y + row, n_store, y);
+  if (kCausal && a.stream_stores) store_row<T, kVec, kVpt, true>(a.y + row, n_store, y);
   else store_row<T, kVec, kVpt>(a.y + row, n_store, y);
 }
 
