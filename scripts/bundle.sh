@@ -14,7 +14,7 @@ cp "${BINS[@]}" "$OUT/"
 # Everything ldd resolves except the C/C++ runtime (the target's own is newer) and CUDA, cuDNN and
 # the driver (the target's own must match its driver).
 ldd "${BINS[@]}" | awk '/=> \// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+  grep -Ev '/(libc|libm|libdl|librt|libpthread|libutil|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
   grep -Ev '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc[^/]*|cupti|nvidia-ml|nvperf[a-z_]*)\.so' |
   while read -r lib; do cp -L "$lib" "$OUT/"; done
 # Where `topt report` finds its chart script, and the configs, relative to the bundle.
