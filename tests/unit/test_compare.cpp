@@ -7,17 +7,14 @@
 #include <sstream>
 
 #include "harness/compare.h"
+#include "tests/unit/test_data.h"
 
 namespace fs = std::filesystem;
 
 namespace topt {
 namespace {
 
-const std::string kSourceDir = TOPT_SOURCE_DIR;
-const std::string kSynthetic1 = kSourceDir + "/tests/data/synthetic/h100_quick_synthetic_run1.json";
-const std::string kSynthetic2 = kSourceDir + "/tests/data/synthetic/h100_quick_synthetic_run2.json";
-const std::string kRecorded1 = kSourceDir + "/tests/data/recorded/h100_quick_run1.json";
-const std::string kRecorded2 = kSourceDir + "/tests/data/recorded/h100_quick_run2.json";
+using namespace test_data;
 
 // Medians are given in units of 100 µs: far above the 1 µs jitter floor, so these tests see the
 // noise-band logic alone (JitterFloor tests the floor).

@@ -9,14 +9,15 @@
 
 #include "harness/markdown.h"
 #include "harness/report.h"
+#include "tests/unit/test_data.h"
 
 namespace fs = std::filesystem;
 
 namespace topt {
 namespace {
 
-const std::string kSourceDir = TOPT_SOURCE_DIR;
-const std::string kSynthetic = kSourceDir + "/tests/data/synthetic/h100_quick_synthetic_run1.json";
+using test_data::kSourceDir;
+const std::string& kSynthetic = test_data::kSynthetic1;
 const std::string kScript = kSourceDir + "/reports/make_report.py";
 
 std::string slurp(const fs::path& p) {
