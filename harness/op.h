@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/dtype.h"
@@ -64,6 +65,12 @@ class Instance {
   virtual void launch(cudaStream_t stream) = 0;
   // Device memory it needs beyond the problem's own tensors.
   virtual size_t workspace_bytes() const { return 0; }
+  // Untimed, after the checked launch: leaves the result in the problem's outputs where launch
+  // writes somewhere the instance owns (a KV cache, say). Most instances write the outputs directly.
+  virtual void copy_out(cudaStream_t /*stream*/) {}
+  // Named figures about this instance beside its timing (e.g. the memory it reserves), in the order
+  // given; the runner adds them to the row's metrics.
+  virtual std::vector<std::pair<std::string, double>> metrics() const { return {}; }
 };
 
 // An Instance made of a launch lambda, for implementations that hold no state of their own.

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -51,6 +53,32 @@ SampleStats stats_from_json(const Json& j) {
 
 std::string fmt_opt(const std::optional<double>& v, const char* spec) {
   return v ? fmt::format(fmt::runtime(spec), *v) : std::string("");
+}
+
+// The metric names of `rows`, in the order they first appear.
+std::vector<std::string> metric_names(const std::vector<const ResultRow*>& rows) {
+  std::vector<std::string> names;
+  for (const ResultRow* r : rows)
+    for (auto it = r->metrics.begin(); it != r->metrics.end(); ++it)
+      if (std::find(names.begin(), names.end(), it.key()) == names.end()) names.push_back(it.key());
+  return names;
+}
+
+// A metric for people: byte counts (names ending in "bytes") in binary units, whole numbers as
+// they are, other numbers to 4 significant digits.
+std::string metric_text(const std::string& name, const Json& v) {
+  if (!v.is_number()) return v.is_string() ? v.get<std::string>() : v.dump();
+  const double x = v.get<double>();
+  const bool bytes = name.size() >= 5 && name.compare(name.size() - 5, 5, "bytes") == 0;
+  if (bytes && std::fabs(x) >= 1024) {
+    const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+    double scaled = x / 1024;
+    int u = 0;
+    for (; u < 3 && std::fabs(scaled) >= 1024; ++u) scaled /= 1024;
+    return fmt::format("{:.2f} {}", scaled, units[u]);
+  }
+  if (v.is_number_integer()) return v.dump() + (bytes ? " B" : "");
+  return fmt::format("{:.4g}", x);
 }
 
 }  // namespace
@@ -220,8 +248,13 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
     for (char c : s) q += (c == '"') ? std::string("\"\"") : std::string(1, c);
     return q + '"';
   };
+  std::vector<const ResultRow*> all;
+  for (auto& r : rows) all.push_back(&r);
+  const std::vector<std::string> metrics = metric_names(all);  // a column each, after the fixed ones
   out << "op,impl,is_baseline,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
-         "tflops,gbps,pct_of_peak,speedup_vs_baseline,rel_error,sm_clock_mhz,throttled,noisy\n";
+         "tflops,gbps,pct_of_peak,speedup_vs_baseline,rel_error,sm_clock_mhz,throttled,noisy";
+  for (auto& m : metrics) out << ',' << quote("metrics." + m);
+  out << '\n';
   for (auto& r : rows) {
     out << r.op << ',' << r.impl << ',' << (r.is_baseline ? 1 : 0) << ',' << quote(r.params.str()) << ','
         << r.dtype << ',' << status_name(r.status) << ',' << quote(r.reason) << ',';
@@ -233,7 +266,13 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
     out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
         << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
         << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
-        << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0) << '\n';
+        << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0);
+    for (auto& m : metrics) {
+      out << ',';
+      if (r.metrics.contains(m))
+        out << (r.metrics[m].is_string() ? quote(r.metrics[m].get<std::string>()) : r.metrics[m].dump());
+    }
+    out << '\n';
   }
 }
 
@@ -261,6 +300,24 @@ std::string results_markdown(const ResultsFile& f) {
          << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
          << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x") << " | "
          << fmt_opt(r.rel_error, "{:.1e}") << " |\n";
+    }
+    md << '\n';
+    // What the rows report beside their timing (workspace, hardware counters, ...): a table of its own.
+    std::vector<const ResultRow*> with_metrics;
+    for (auto& r : f.rows)
+      if (r.op == op && !r.metrics.empty()) with_metrics.push_back(&r);
+    if (with_metrics.empty()) continue;
+    const std::vector<std::string> names = metric_names(with_metrics);
+    md << "#### " << op << ": metrics\n\n| params | impl |";
+    for (auto& n : names) md << ' ' << md_cell(n) << " |";
+    md << "\n|---|---|";
+    for (size_t i = 0; i < names.size(); ++i) md << "---:|";
+    md << '\n';
+    for (const ResultRow* r : with_metrics) {
+      md << "| " << md_cell(r->params.str() + ",dtype=" + r->dtype) << " | " << md_cell(r->impl) << " |";
+      for (auto& n : names)
+        md << ' ' << (r->metrics.contains(n) ? md_cell(metric_text(n, r->metrics[n])) : "") << " |";
+      md << '\n';
     }
     md << '\n';
   }

@@ -35,7 +35,7 @@ struct ResultRow {
   bool throttled = false;                // some clock samples fell below the throttle threshold
   bool noisy = false;                    // the noise target was not reached before the time cap
   std::string timer;                     // which timer produced time_us
-  Json metrics = Json::object();         // hardware counters, when collected
+  Json metrics = Json::object();         // workspace, the instance's own figures, hardware counters
   std::string command;                   // reproduces this row
 
   // "op/impl/params,dtype=..": the identity of a row across runs.
@@ -58,8 +58,9 @@ ResultsFile read_results_json(const std::string& path);
 void append_jsonl(const std::string& path, const ResultRow& r);
 std::vector<ResultRow> read_jsonl(const std::string& path);  // skips a torn last line
 
+// A column per metric any row has ("metrics.<name>") after the fixed columns.
 void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows);
-// One table per op: shape × implementation.
+// One table per op: shape × implementation; then, where rows carry metrics, a table of those.
 std::string results_markdown(const ResultsFile& f);
 
 }  // namespace topt

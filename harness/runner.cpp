@@ -3,6 +3,7 @@
 #include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -27,6 +28,11 @@ namespace topt {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Whole numbers (counts, bytes) as JSON integers, so that files show 1073741824 rather than 1.07e9.
+Json metric_json(double v) {
+  return std::floor(v) == v && std::fabs(v) < 0x1p53 ? Json(int64_t(v)) : Json(v);
+}
 
 class SweepRunner {
  public:
@@ -266,6 +272,7 @@ class SweepRunner {
       for (auto& out : problem.outputs()) poison_nan(out, stream_);
       inst->launch(stream_);
       CUDA_CHECK_LAUNCH();
+      inst->copy_out(stream_);
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       CheckResult check = check_outputs(problem, ref, stream_);
       double tol = pc.op->tolerances.at(pc.c.dtype);
@@ -294,6 +301,7 @@ class SweepRunner {
       r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
       r.status = Status::ok;
       if (size_t ws = inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
+      for (auto& [name, value] : inst->metrics()) r.metrics[name] = metric_json(value);
       if (counters_) collect_counters(*inst, r);
     } catch (const Unsupported& e) {
       r.status = Status::unsupported;

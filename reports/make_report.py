@@ -2,9 +2,10 @@
 """Charts for `topt report`: one results file (schema topt.results/1) in, PNG and SVG files out.
 
 Per op: speedup vs the baseline per shape (bars), throughput against the swept axis (lines, one per
-impl), and a roofline against the ceilings measured in the same run. Prints a JSON manifest on
-stdout: {"charts": [{op, kind, title, png, svg}], "skipped": [{op, kind, why}]}, file names relative
-to --out. Exit codes: 0 done, 2 bad input, 3 matplotlib missing.
+impl), a roofline against the ceilings measured in the same run, and each metric the rows report
+(workspace, memory figures, counters) that varies, against the swept axis like throughput. Prints a
+JSON manifest on stdout: {"charts": [{op, kind, title, png, svg}], "skipped": [{op, kind, why}]}, file
+names relative to --out. Exit codes: 0 done, 2 bad input, 3 matplotlib missing.
 """
 import argparse
 import json
@@ -16,7 +17,8 @@ from collections import OrderedDict
 SCHEMA = "topt.results/1"
 EXIT_BAD_INPUT = 2
 EXIT_NO_MATPLOTLIB = 3
-MAX_PANELS = 12  # throughput panels per op; beyond this a chart is unreadable anyway
+MAX_PANELS = 12  # panels per chart; beyond this a chart is unreadable anyway
+MAX_METRIC_CHARTS = 8  # charts of the rows' metrics per op
 
 try:
     import matplotlib
@@ -131,14 +133,32 @@ def swept_axis(rows):
 
 
 def throughput_chart(rep, op, rows, peaks, memory_bound):
-    axis = swept_axis(rows)
-    if axis is None:
-        return rep.skip(op, "throughput", "no numeric parameter is swept")
     metric, unit, peak = ("gbps", "GB/s", peaks.get("dram_copy_GBps")) if memory_bound else \
         ("tflops", "TFLOP/s", peaks.get("bf16_gemm_TFLOPs"))
-    rows = [r for r in rows if r.get(metric) is not None]
+    axis_chart(rep, op, rows, "throughput", unit, f"achieved {unit}", lambda r: r.get(metric), peak,
+               f"measured peak {peak:.0f} {unit}" if peak else None)
+
+
+def metric_charts(rep, op, rows):
+    """One chart per metric the rows report (row["metrics"]) that takes more than one value."""
+    names = list(OrderedDict.fromkeys(k for r in rows for k, v in r.get("metrics", {}).items()
+                                      if isinstance(v, (int, float)) and not isinstance(v, bool)))
+    varying_names = [n for n in names if len({r["metrics"].get(n) for r in rows if n in r["metrics"]}) > 1]
+    for name in varying_names[:MAX_METRIC_CHARTS]:
+        axis_chart(rep, op, rows, f"metric_{safe(name)}", name, name, lambda r: r.get("metrics", {}).get(name))
+    for name in varying_names[MAX_METRIC_CHARTS:]:
+        rep.skip(op, f"metric_{safe(name)}", f"only the first {MAX_METRIC_CHARTS} varying metrics are charted")
+
+
+def axis_chart(rep, op, rows, kind, what, ylabel, value, ceiling=None, ceiling_label=None):
+    """`value(row)` against the swept axis, a line per impl, a panel per combination of the other varying
+    parameters; rows without a value are left out."""
+    axis = swept_axis(rows)
+    if axis is None:
+        return rep.skip(op, kind, "no numeric parameter is swept")
+    rows = [r for r in rows if value(r) is not None]
     if not rows:
-        return rep.skip(op, "throughput", f"no {unit} values were recorded")
+        return rep.skip(op, kind, f"no {what} values were recorded")
 
     panel_keys = [k for k in varying(rows) if k != axis]
 
@@ -153,14 +173,14 @@ def throughput_chart(rep, op, rows, peaks, memory_bound):
     impls = list(OrderedDict.fromkeys(r["impl"] for r in rows))
     colors = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
     xs_all = [r["params"][axis] for r in rows]
-    ys_all = [r[metric] for r in rows] + ([peak] if peak else [])
+    ys_all = [value(r) for r in rows] + ([ceiling] if ceiling else [])
     for ax, panel in zip(axes.flat, shown):
         for impl in impls:
-            pts = sorted((r["params"][axis], r[metric]) for r in rows if r["impl"] == impl and panel_of(r) == panel)
+            pts = sorted((r["params"][axis], value(r)) for r in rows if r["impl"] == impl and panel_of(r) == panel)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colors[impl], label=impl)
-        if peak:
-            ax.axhline(peak, color="black", linewidth=1, linestyle="--", label=f"measured peak {peak:.0f} {unit}")
+        if ceiling:
+            ax.axhline(ceiling, color="black", linewidth=1, linestyle="--", label=ceiling_label)
         if spans_decades(xs_all):
             set_log_axis(ax, "x", xs_all)
         if spans_decades(ys_all):
@@ -170,13 +190,13 @@ def throughput_chart(rep, op, rows, peaks, memory_bound):
     for ax in axes.flat[len(shown):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
-        ax.set_ylabel(f"achieved {unit}")
+        ax.set_ylabel(ylabel)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95))
     more = f" (first {MAX_PANELS} of {len(panels)} panels)" if len(panels) > MAX_PANELS else ""
-    fig.suptitle(f"{op}: {unit} vs {axis}, one line per impl{more}")
+    fig.suptitle(f"{op}: {what} vs {axis}, one line per impl{more}")
     fig.tight_layout()
-    rep.save(fig, op, "throughput", f"{op}: {unit} vs {axis}")
+    rep.save(fig, op, kind, f"{op}: {what} vs {axis}")
 
 
 def roofline_chart(rep, op, rows, peaks):
@@ -240,6 +260,7 @@ def main():
         speedup_chart(rep, op, rows, baseline)
         throughput_chart(rep, op, rows, peaks, memory_bound)
         roofline_chart(rep, op, rows, peaks)
+        metric_charts(rep, op, rows)
     json.dump({"charts": rep.charts, "skipped": rep.skipped}, sys.stdout, indent=1)
     print()
 

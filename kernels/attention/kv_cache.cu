@@ -81,14 +81,22 @@ std::vector<int32_t> KvCacheManager::block_table(const std::vector<int>& seqs, i
   return table;
 }
 
+std::optional<LengthMix> parse_length_mix(const std::string& name) {
+  if (name == "uniform") return LengthMix::uniform;
+  if (name == "chat") return LengthMix::chat;
+  if (name == "code") return LengthMix::code;
+  return std::nullopt;
+}
+
 std::vector<int> sample_lengths(LengthMix mix, int count, int max_len, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::uniform_int_distribution<int> uniform(1, max_len);
-  std::lognormal_distribution<double> chat(std::log(512.0), 1.0);
+  std::lognormal_distribution<double> log_normal(mix == LengthMix::code ? 7.058 : 6.909,
+                                                 mix == LengthMix::code ? 1.269 : 0.814);
   std::vector<int> lengths(size_t(std::max(count, 0)));
   for (auto& len : lengths)
     len = mix == LengthMix::uniform ? uniform(gen)
-                                    : int(std::clamp(std::llround(chat(gen)), 1LL, (long long)max_len));
+                                    : int(std::clamp(std::llround(log_normal(gen)), 1LL, (long long)max_len));
   return lengths;
 }
 

@@ -17,4 +17,9 @@ std::vector<double> decode_attention_reference(const std::vector<double>& q, con
                                                const std::vector<double>& v, int heads, int kv_heads, int q_len,
                                                int64_t len, int head_dim, double scale);
 
+void register_kv_cache_append(Registry& registry);
+// The lengths (prompt + output) of a kv_cache_append case's requests: drawn from its mix with a seed
+// fixed by the mix, the count and max_len, so every page size, model and run sees the same batch.
+std::vector<int> kv_append_lengths(const Case& c);
+
 }  // namespace topt::suites

@@ -45,6 +45,7 @@ class GpuTest : public ::testing::Test {
     for (auto& out : problem->outputs()) poison_nan(out, stream);
     inst->launch(stream);
     CUDA_CHECK_LAUNCH();
+    inst->copy_out(stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     return check_outputs(*problem, ref, stream);
   }

@@ -1,11 +1,6 @@
 // Decode attention over paged caches: every implementation against the reference on scattered
 // block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len; the split-KV combine
-// across repeated launches; append_kv and gather_kv round trips.
-#include <numeric>
-
-#include "harness/tensor.h"
-#include "kernels/attention/kv_cache.h"
-#include "kernels/attention/paged_kv.h"
+// across repeated launches. append_kv and gather_kv: test_kv_append.cu.
 #include "tests/gpu/gpu_test.h"
 
 namespace topt::testing {
@@ -100,58 +95,6 @@ TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
   EXPECT_TRUE(on_cpu.passes(tolerance(c))) << on_cpu.describe(tolerance(c));
   EXPECT_TRUE(on_gpu.passes(tolerance(c))) << on_gpu.describe(tolerance(c));
   EXPECT_NEAR(on_cpu.rel_error, on_gpu.rel_error, 1e-4);
-}
-
-// Tokens appended in two steps (a prompt, then a few decode steps) land where gather_kv finds them.
-TEST_F(GpuTest, KvCacheAppendThenGatherRoundTrips) {
-  const int batch = 3, kv_heads = 2, head_dim = 128, page_size = 16, prompt = 37, steps = 12;
-  kernels::KvCacheManager cache(batch * 4 + 2, page_size, 9);
-  std::vector<int> seqs;
-  for (int b = 0; b < batch; ++b) seqs.push_back(cache.add_sequence());
-  OwnedTensor k_pages(DType::bf16, {cache.num_pages(), kv_heads, page_size, head_dim}, "K pages");
-  OwnedTensor v_pages(DType::bf16, {cache.num_pages(), kv_heads, page_size, head_dim}, "V pages");
-  const int max_pages = 4;
-  DeviceBuffer table(size_t(batch) * max_pages * sizeof(int32_t)), lens(size_t(batch) * sizeof(int32_t));
-  kernels::PagedKv kv{k_pages->data, v_pages->data, table.as<int32_t>(), lens.as<int32_t>(), batch, kv_heads,
-                      head_dim, page_size, max_pages, DType::bf16};
-
-  std::vector<double> k_all, v_all;  // (step, batch, kv_heads, tokens, head_dim) as appended
-  auto append = [&](int tokens, uint64_t seed) {
-    for (int s : seqs) cache.append(s, tokens);
-    const auto t = cache.block_table(seqs, max_pages);
-    std::vector<int32_t> l;
-    for (int s : seqs) l.push_back(int32_t(cache.length(s)));
-    CUDA_CHECK(cudaMemcpy(table.get(), t.data(), table.bytes(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(lens.get(), l.data(), lens.bytes(), cudaMemcpyHostToDevice));
-    OwnedTensor k_new(DType::bf16, {batch, kv_heads, tokens, head_dim}), v_new(DType::bf16, {batch, kv_heads, tokens, head_dim});
-    fill_uniform(*k_new, seed, -1.f, 1.f, stream);
-    fill_uniform(*v_new, seed + 1, -1.f, 1.f, stream);
-    kernels::append_kv(kv, k_new->data, v_new->data, tokens, stream);
-    auto kh = to_host_f64(*k_new, stream), vh = to_host_f64(*v_new, stream);
-    k_all.insert(k_all.end(), kh.begin(), kh.end());
-    v_all.insert(v_all.end(), vh.begin(), vh.end());
-  };
-  append(prompt, 1);
-  for (int i = 0; i < steps; ++i) append(1, 100 + 2 * uint64_t(i));
-
-  const int len = prompt + steps;
-  OwnedTensor k_out(DType::bf16, {batch, kv_heads, len, head_dim}), v_out(DType::bf16, {batch, kv_heads, len, head_dim});
-  kernels::gather_kv(kv, k_out->data, v_out->data, len, stream);
-  const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
-  int64_t wrong = 0;
-  for (int b = 0; b < batch; ++b)
-    for (int h = 0; h < kv_heads; ++h)
-      for (int pos = 0; pos < len; ++pos) {
-        // Where position pos of (b, h) went in the appended stream.
-        const bool in_prompt = pos < prompt;
-        const int tokens = in_prompt ? prompt : 1, t = in_prompt ? pos : 0;
-        const size_t step_base =
-            in_prompt ? 0 : size_t(batch) * kv_heads * prompt * head_dim + size_t(pos - prompt) * batch * kv_heads * head_dim;
-        const size_t src = step_base + ((size_t(b) * kv_heads + h) * tokens + t) * head_dim;
-        const size_t dst = ((size_t(b) * kv_heads + h) * len + pos) * head_dim;
-        for (int d = 0; d < head_dim; ++d) wrong += kg[dst + d] != k_all[src + d] || vg[dst + d] != v_all[src + d];
-      }
-  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace topt::testing

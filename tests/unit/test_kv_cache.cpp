@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "kernels/attention/kv_cache.h"
 
@@ -113,7 +114,7 @@ TEST(KvMemoryStudy, ReservationsByHand) {
 }
 
 TEST(KvMemoryStudy, SampledLengthsStayInRangeAndRepeat) {
-  for (LengthMix mix : {LengthMix::uniform, LengthMix::chat}) {
+  for (LengthMix mix : {LengthMix::uniform, LengthMix::chat, LengthMix::code}) {
     const auto a = sample_lengths(mix, 1000, 4096, 7);
     EXPECT_EQ(a, sample_lengths(mix, 1000, 4096, 7));
     for (int len : a) {
@@ -121,11 +122,35 @@ TEST(KvMemoryStudy, SampledLengthsStayInRangeAndRepeat) {
       EXPECT_LE(len, 4096);
     }
   }
-  // The chat mix is long-tailed: its median sits far below its maximum.
-  auto chat = sample_lengths(LengthMix::chat, 1001, 32768, 3);
-  std::nth_element(chat.begin(), chat.begin() + 500, chat.end());
-  EXPECT_LT(chat[500], 1024);
-  EXPECT_GT(*std::max_element(chat.begin(), chat.end()), 4096);
+}
+
+// The fits' medians are the trace's (1001 and 1162 tokens of prompt + output); the tails pass 4096.
+TEST(KvMemoryStudy, TraceMixesAreLongTailedAroundTheTraceMedians) {
+  for (auto [mix, median] : {std::pair{LengthMix::chat, 1001}, std::pair{LengthMix::code, 1162}}) {
+    auto lens = sample_lengths(mix, 20001, 32768, 3);
+    std::nth_element(lens.begin(), lens.begin() + 10000, lens.end());
+    EXPECT_NEAR(lens[10000], median, 0.05 * median);
+    EXPECT_GT(*std::max_element(lens.begin(), lens.end()), 8192);
+  }
+}
+
+TEST(KvMemoryStudy, MixNames) {
+  EXPECT_EQ(parse_length_mix("uniform"), LengthMix::uniform);
+  EXPECT_EQ(parse_length_mix("chat"), LengthMix::chat);
+  EXPECT_EQ(parse_length_mix("code"), LengthMix::code);
+  EXPECT_FALSE(parse_length_mix("sharegpt").has_value());
+}
+
+// The pages the manager hands out are the pages the study counts.
+TEST(KvMemoryStudy, ManagerTakesThePagesTheStudyCounts) {
+  const auto lens = sample_lengths(LengthMix::chat, 256, 4096, 11);
+  for (int page : {16, 256}) {
+    const KvMemoryUsage u = kv_memory_usage(lens, 4096, page);
+    KvCacheManager cache(int(u.contiguous_reserved / page), page);
+    for (int len : lens) cache.append(cache.add_sequence(), len);
+    EXPECT_EQ(int64_t(cache.num_pages() - cache.free_pages()) * page, u.paged_reserved) << "page " << page;
+    EXPECT_GT(u.paged_utilization(), u.contiguous_utilization());
+  }
 }
 
 }  // namespace

@@ -111,5 +111,38 @@ TEST_F(ResultsIo, CsvAndMarkdown) {
   EXPECT_NE(md.find("1.25x"), std::string::npos);
 }
 
+// Metrics get a table of their own per op (bytes in binary units) and a CSV column each.
+TEST_F(ResultsIo, MetricsTableAndCsvColumns) {
+  ResultsFile f;
+  f.rows = {sample_row("cudnn", 10), sample_row("ours", 8)};
+  f.rows[0].metrics["kv_reserved_bytes"] = int64_t(16) << 30;
+  f.rows[0].metrics["kv_utilization"] = 0.3216;
+  f.rows[1].metrics["kv_reserved_bytes"] = 512;
+  f.rows[1].metrics["pages_used"] = 3;
+  std::string md = results_markdown(f);
+  EXPECT_NE(md.find("#### rmsnorm: metrics"), std::string::npos) << md;
+  EXPECT_NE(md.find("| params | impl | kv_reserved_bytes | kv_utilization | pages_used |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| cudnn | 16.00 GiB | 0.3216 |  |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ours | 512 B |  | 3 |"), std::string::npos) << md;
+
+  std::string csv = (dir / "m.csv").string();
+  write_results_csv(csv, f.rows);
+  std::ifstream in(csv);
+  std::string header, line0, line1;
+  std::getline(in, header);
+  std::getline(in, line0);
+  std::getline(in, line1);
+  EXPECT_NE(header.find(",noisy,\"metrics.kv_reserved_bytes\",\"metrics.kv_utilization\",\"metrics.pages_used\""),
+            std::string::npos)
+      << header;
+  EXPECT_EQ(line0.substr(line0.size() - std::string(",17179869184,0.3216,").size()), ",17179869184,0.3216,") << line0;
+  EXPECT_EQ(line1.substr(line1.size() - std::string(",512,,3").size()), ",512,,3") << line1;
+
+  // No metrics, no table.
+  f.rows[0].metrics = Json::object();
+  f.rows[1].metrics = Json::object();
+  EXPECT_EQ(results_markdown(f).find("metrics"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace topt
