@@ -15,6 +15,7 @@ const Registry& builtin_registry() {
     suites::register_softmax(r);
     suites::register_causal_softmax(r);
     suites::register_attention_decode(r);
+    suites::register_attention_prefill(r);
     suites::register_kv_cache_append(r);
     return r;
   }();

@@ -20,6 +20,7 @@
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/kv_cache.h"
+#include "kernels/attention/mma_sm80.cuh"
 #include "kernels/norm/row_tile.cuh"
 
 namespace topt::kernels {
@@ -32,7 +33,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTokensPerWarp = 16;
 constexpr int kTile = kWarps * kTokensPerWarp;   // tokens per pipeline stage
 constexpr int kStages = 2;
-constexpr int kChunk = 8;                        // 16-bit elements per 16-byte chunk
+constexpr int kChunk = kChunkElems;
 constexpr int kChunksPerRow = kHeadDim / kChunk;
 constexpr int kMaxRowsPerBlock = 16;
 constexpr int kMmaRows = 16;                     // the mma variant's M: rows beyond the group's are zeros
@@ -83,67 +84,8 @@ struct SmemLayout {
   static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the v2 combine's weights reuse the K stages");
 };
 
-// Element offset of chunk `chunk` of tile row `token`: chunks XOR-swizzled by the row, so that the
-// 8 lanes (or ldmatrix row addresses) reading the same chunk of 8 rows hit 8 different bank groups.
-__device__ __forceinline__ int swizzled(int token, int chunk) {
-  return (token * kChunksPerRow + (chunk ^ (token & 7))) * kChunk;
-}
-
-// 16 bytes global -> shared, asynchronously; with `valid` false the 16 bytes are zero-filled instead,
-// so a tile's rows past the sequence's end hold zeros, never stale values (0 · NaN would poison).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  const unsigned dst_shared = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_shared), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Four 8x8 16-bit matrices from shared memory; lanes 8i … 8i+7 give the row addresses of matrix i.
-template <bool kTrans>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const unsigned addr = unsigned(__cvta_generic_to_shared(row));
-  if constexpr (kTrans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-// d += a · b for a (16x16, row) and b (16x8, col) of T, d fp32.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <int kLanes>
-__device__ __forceinline__ float lanes_max(float x) {
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-template <int kLanes>
-__device__ __forceinline__ float lanes_sum(float x) {
-#pragma unroll
-  for (int off = kLanes / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
-// The exponent base of a running max: a row that has seen no visible key yet (max -inf) uses 0, so
-// exp2(-inf - base) gives weights of 0 rather than NaN.
-__device__ __forceinline__ float exp_base(float running_max) { return running_max == -INFINITY ? 0.f : running_max; }
+// Element offset of chunk `chunk` of tile row `token` (swizzled, see mma_sm80.cuh).
+__device__ __forceinline__ int swizzled(int token, int chunk) { return swizzled_offset<kChunksPerRow>(token, chunk); }
 
 // One online-softmax step for a row, given the tile's scores of it that this lane holds, reduced
 // over kLanes lanes: updates the running max and sum, turns the scores into weights, returns the

@@ -2,6 +2,7 @@
 // hand-computed values.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "harness/registry.h"
@@ -9,6 +10,7 @@
 namespace topt::suites {
 
 void register_attention_decode(Registry& registry);
+void register_attention_prefill(Registry& registry);
 
 // Decode attention for one sequence, in double: q, o [heads, q_len, head_dim], k and v [kv_heads,
 // len, head_dim] (query head h reads KV head h / (heads / kv_heads)). Query t sits at position
@@ -21,5 +23,20 @@ void register_kv_cache_append(Registry& registry);
 // The lengths (prompt + output) of a kv_cache_append case's requests: drawn from its mix with a seed
 // fixed by the mix, the count and max_len, so every page size, model and run sees the same batch.
 std::vector<int> kv_append_lengths(const Case& c);
+
+// Prefill attention for one sequence, in double: q and o (len_q, heads, head_dim) as packed in the
+// op's tensors, k and v (len_k, kv_heads, head_dim); query head h reads KV head h / (heads /
+// kv_heads). Causal is aligned bottom-right: query i sees keys j <= i + len_k − len_q (needs
+// len_k >= len_q). lse (heads, len_q) is the natural log of Σ exp(scale · q·k) over the visible keys.
+struct PrefillReference {
+  std::vector<double> o, lse;
+};
+PrefillReference prefill_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
+                                             const std::vector<double>& v, int heads, int kv_heads, int64_t len_q,
+                                             int64_t len_k, int head_dim, double scale, bool causal);
+
+// Each sequence's (query, key) lengths in an attention_prefill case: a fixed function of the case
+// (not of the run's seed), so that its cost model and every implementation see the same batch.
+std::vector<std::pair<int, int>> prefill_lengths(const Case& c);
 
 }  // namespace topt::suites

@@ -1,0 +1,232 @@
+// Prefill attention v2 for Hopper (sm_90a), FlashAttention-3 style: TMA loads into a multi-stage
+// mbarrier pipeline, a producer warpgroup and two consumer warpgroups (setmaxnreg moves registers
+// to the consumers), wgmma for both GEMMs with P kept in registers, ping-pong issue between the
+// consumers and S/P·V overlap inside each, a persistent grid that hands out heavy causal tiles first.
+//
+// Napkin math (H100 SXM, 132 SMs, dense bf16 wgmma 4096 FLOP/clk/SM: ~990 TFLOP/s at 1.83 GHz):
+// a 128-row query tile against a 128-key block is 2·2·128·128·128 = 8.4 MFLOP, 2048 tensor clocks
+// of its SM, and 128·128 exp2 on the MUFU unit (16/clk/SM) = 1024 clocks plus ~6 more instructions
+// per score: the softmax has to run under GEMMs (the other warpgroup's, by ping-pong; its own
+// P·V, by overlap), or the tensor cores idle a third of the time. Bytes: K+V of a block is 64 KB
+// per 8.4 MFLOP, so a head's K/V must come from L2 for most of its query tiles (hence the
+// scheduler's one-wave sections). Under this load the card sits at its power cap (SM clock seen
+// at 1.3-1.7 GHz), so every instruction and shared-memory byte saved also buys clock.
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver entry point, looked up at run time
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "harness/cuda_check.h"
+#include "kernels/attention/prefill_variants.h"
+#include "kernels/attention/sm90_prefill_epilogue.cuh"
+#include "kernels/attention/sm90_prefill_mainloop.cuh"
+#include "kernels/attention/sm90_prefill_scheduler.cuh"
+
+namespace topt::kernels {
+
+namespace {
+
+using namespace sm90;
+
+template <class C, bool kCausal>
+__device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_ptr, uint32_t smem, int cw,
+                                       const volatile TileHandoff* handoff) {
+  const int tid = threadIdx.x - 128 * (cw + 1), warp = tid / 32, lane = tid % 32;
+  const Bars<C> bars{smem + C::kOffBar};
+  RingPos<C::kStages> pos;
+  // Turns alternate on named barriers kBarSchedule + cw; the second warpgroup hands the first its
+  // first turn here and the first takes the second's last, unmatched hand-over at the end.
+  if constexpr (C::kPingPong)
+    if (cw == 1) named_arrive(C::kBarSchedule, 256);
+  for (int tiles = 0;; ++tiles) {
+    mbar_wait(bars.q_full(), tiles & 1);
+    const int t = handoff->tile;
+    if (t < 0) break;
+    const PrefillTile tile = decode_tile<kCausal>(p, t);
+    const PrefillSeq seq{handoff->seq.q_start, handoff->seq.len_q, handoff->seq.k_start, handoff->seq.len_k};
+    const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
+    float o[C::kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < C::kHeadDim / 2; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    if (range.n_end > 0)
+      consume_tile<C, kCausal>(p, smem, cw, lane, warp, tile.m_block, seq, range, pos, o, m, l);
+    else if constexpr (C::kSeparateO)
+      release(bars.q_empty(), lane);
+    store_tile<C>(p, smem_ptr, smem, cw, tid, lane, warp, tile, seq, o, m, l);
+  }
+  if constexpr (C::kPingPong)
+    if (cw == 0) named_sync(C::kBarSchedule, 256);
+}
+
+template <class C, bool kCausal>
+__global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __grid_constant__ PrefillParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t smem = (raw + 1023) & ~1023u;
+  uint8_t* smem_ptr = smem_raw + (smem - raw);
+  if (threadIdx.x == 0) {
+    init_barriers<C>(Bars<C>{smem + C::kOffBar});
+    tma_prefetch_descriptor(&p.tma_q);
+    tma_prefetch_descriptor(&p.tma_k);
+    tma_prefetch_descriptor(&p.tma_v);
+  }
+  __syncthreads();
+  volatile TileHandoff* handoff = reinterpret_cast<volatile TileHandoff*>(smem_ptr + C::kOffTile);
+  if (threadIdx.x / 128 == 0) {
+    regs_dealloc<C::kProducerRegs>();
+    if (threadIdx.x == 0) produce<C, kCausal>(p, smem, handoff);
+  } else {
+    regs_alloc<C::kConsumerRegs>();
+    consume<C, kCausal>(p, smem_ptr, smem, threadIdx.x / 128 - 1, handoff);
+  }
+#else
+  // Built without sm_90a code (wgmma, setmaxnreg): fail loudly rather than return garbage.
+  __trap();
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw std::runtime_error("prefill_hopper: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A (rows, heads, head_dim) tensor of 16-bit elements, read in boxes of (box_rows, 1 head, 64
+// columns) = box_rows × 128 bytes, 128-byte swizzled as wgmma's descriptors expect.
+CUtensorMap make_tensor_map(const void* ptr, int rows, int heads, int head_dim, int box_rows, bool f16) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(heads) * head_dim * 2};
+  const cuuint32_t box[3] = {64, 1, cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims,
+      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("prefill_hopper: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) + ")");
+  return map;
+}
+
+constexpr size_t kWorkspaceBytes = 2 * sizeof(int);  // the tile scheduler's counters
+
+// The kernel's parameters: tensor maps, sizes, and the tile order. `workspace`: kWorkspaceBytes,
+// zero before the first launch (each launch leaves it zero).
+template <class C>
+PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
+  for (const void* ptr : {a.q, a.k, a.v, static_cast<const void*>(a.o)})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16)
+      throw std::invalid_argument("prefill_hopper: q, k, v and o must be 16-byte aligned (TMA, 16-byte stores)");
+  if (workspace == nullptr) throw std::invalid_argument("prefill_hopper: needs its workspace (tile counters)");
+  int dev = 0, sms = 0, l2_bytes = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+
+  PrefillParams p{};
+  const bool f16 = a.dtype == DType::f16;
+  p.tma_q = make_tensor_map(a.q, a.total_q, a.heads, C::kHeadDim, C::kBlockM, f16);
+  p.tma_k = make_tensor_map(a.k, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
+  p.tma_v = make_tensor_map(a.v, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
+  p.o = a.o;
+  p.lse = a.lse;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.heads = a.heads;
+  p.group = a.heads / a.kv_heads;
+  p.total_q = a.total_q;
+  p.num_m_blocks = (a.max_seq_q + C::kBlockM - 1) / C::kBlockM;
+  p.num_hb = a.batch * a.heads;
+  // A section is about one wave of tiles, so that the CTAs running at once share the K and V of a
+  // few heads and each K/V block comes from DRAM about once; and no more (batch, head) pairs than a
+  // quarter of L2 holds K and V for (max_seq_k keys, shared by `group` query heads).
+  const double kv_bytes_per_head = 2.0 * a.max_seq_k * C::kHeadDim * 2 / p.group;
+  const int by_wave = std::max(1, sms / p.num_m_blocks);
+  const int by_l2 = kv_bytes_per_head > 0 ? std::max(1, int(l2_bytes / 4 / kv_bytes_per_head)) : p.num_hb;
+  p.section = std::min({by_wave, by_l2, p.num_hb});
+  p.num_tiles = p.num_m_blocks * p.num_hb;
+  p.scale = a.scale;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.tile_counter = static_cast<int*>(workspace);
+  return p;
+}
+
+// `persistent`: one CTA per SM, each taking tiles until none is left; otherwise one CTA per tile.
+template <class C, bool kCausal>
+void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t stream) {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int grid = persistent ? std::min(p.num_tiles, sms) : p.num_tiles;
+  auto kernel = prefill_hopper_kernel<C, kCausal>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Every rung: 128×128 tiles, 2 stages, the fastest measured on H100 bf16 d = 128 (key blocks of
+// 160 or 176 and 3 stages were slower). The top rung (`hopper`) turns every refinement on.
+template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO>
+using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO>;
+
+template <class C>
+void dispatch_causal(const PrefillArgs& a, bool persistent, void* workspace, cudaStream_t stream) {
+  if (a.causal)
+    launch_prefill_hopper<C, true>(make_prefill_params<C>(a, workspace), persistent, stream);
+  else
+    launch_prefill_hopper<C, false>(make_prefill_params<C>(a, workspace), persistent, stream);
+}
+
+template <int kHeadDim, bool kF16>
+void dispatch_rung(const PrefillArgs& a, PrefillVariant variant, void* workspace, cudaStream_t stream) {
+  switch (variant) {
+    case PrefillVariant::hopper_ws:
+      return dispatch_causal<HopperConfig<kHeadDim, kF16, false, false>>(a, false, workspace, stream);
+    case PrefillVariant::hopper_pingpong:
+      return dispatch_causal<HopperConfig<kHeadDim, kF16, true, false>>(a, false, workspace, stream);
+    default:
+      return dispatch_causal<HopperConfig<kHeadDim, kF16, true, true>>(a, true, workspace, stream);
+  }
+}
+
+}  // namespace
+
+std::string prefill_hopper_unsupported(const PrefillArgs& a) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return "no CUDA device";
+  if (major != 9 || minor != 0)
+    return "needs an sm_90 GPU (TMA, wgmma, setmaxnreg); this one is sm_" + std::to_string(major * 10 + minor);
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, prefill_hopper_kernel<HopperConfig<128, false, true, true>, false>) != cudaSuccess ||
+      attr.binaryVersion != 90)
+    return "this build carries no sm_90a code (build with CMAKE_CUDA_ARCHITECTURES=90a)";
+  if (a.total_k < 1) return "needs at least one key row (the K/V tensor maps cannot be empty)";
+  return "";
+}
+
+size_t prefill_hopper_workspace_bytes(const PrefillArgs&) { return kWorkspaceBytes; }
+
+void prefill_hopper(const PrefillArgs& a, PrefillVariant variant, void* workspace, cudaStream_t stream) {
+  if (a.total_q == 0) return;
+  const bool f16 = a.dtype == DType::f16;
+  if (a.head_dim == 128)
+    f16 ? dispatch_rung<128, true>(a, variant, workspace, stream) : dispatch_rung<128, false>(a, variant, workspace, stream);
+  else
+    f16 ? dispatch_rung<64, true>(a, variant, workspace, stream) : dispatch_rung<64, false>(a, variant, workspace, stream);
+}
+
+}  // namespace topt::kernels

@@ -1,0 +1,385 @@
+// Hopper prefill attention, main loop: the TMA producer and the two consumer warpgroups.
+//
+// A CTA takes 128-row query tiles of one (sequence, head) at a time and walks each tile's key blocks
+// from the last to the first (so the masked blocks, at the causal diagonal and the sequence end,
+// come first).
+// Warpgroup 0 is the producer: one thread streams K and V blocks into a kStages-deep ring through
+// TMA, each stage guarded by full (TMA bytes landed) and empty (both consumers done) mbarriers.
+// Warpgroups 1 and 2 each own 64 query rows: S = Q·Kᵀ by wgmma from shared memory, the online
+// softmax in fp32 registers, then O += P·V with P straight from the accumulator registers.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/attention/sm90_prefill_scheduler.cuh"
+#include "kernels/attention/sm90_primitives.cuh"
+#include "kernels/attention/sm90_wgmma.cuh"
+
+namespace topt::kernels::sm90 {
+
+// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers), so that
+//   one's softmax runs while the other's GEMMs occupy the tensor cores.
+// kOverlap: inside a warpgroup, S of block n is issued together with P·V of block n+1, and the
+//   softmax of block n runs while that P·V is still in flight.
+// kSeparateO: the output is staged in its own buffer, so Q's buffer is released as soon as a tile's
+//   last S GEMM is done and the next tile's Q loads under this tile's last P·V and epilogue
+//   (otherwise the output is staged in Q's buffer and the next Q waits for the epilogue).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kF16_, bool kPingPong_, bool kOverlap_, bool kSeparateO_>
+struct PrefillConfig {
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr bool kF16 = kF16_, kPingPong = kPingPong_, kOverlap = kOverlap_, kSeparateO = kSeparateO_;
+  static constexpr int kBlockM = kPrefillBlockM;
+  static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+  static constexpr int kProducerRegs = 32, kConsumerRegs = 232;  // 24 would spill the producer's loop state
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key block: a multiple of the wgmma K (16), at most 256");
+  // Tiles sit in shared memory as TMA writes them with 128-byte swizzling: per 64-column block of a
+  // row ("half" for head_dim 128), rows of 128 bytes, so a tile is kHalves blocks of rows × 128 B.
+  static constexpr int kHalves = kHeadDim / 64;
+  static constexpr uint32_t kQHalfBytes = kBlockM * 128;   // (kBlockM, 64)
+  static constexpr uint32_t kKVHalfBytes = kBlockN * 128;  // (kBlockN, 64)
+  static constexpr uint32_t kQBytes = kHalves * kQHalfBytes;
+  static constexpr uint32_t kKVBytes = kHalves * kKVHalfBytes;
+  // Shared memory, from a 1024-byte-aligned base: Q, K ring, V ring, [output staging], barriers,
+  // the TileHandoff that travels with each Q.
+  static constexpr uint32_t kOffQ = 0;
+  static constexpr uint32_t kOffK = kOffQ + kQBytes;
+  static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
+  static constexpr uint32_t kOffO = kSeparateO ? kOffV + kStages * kKVBytes : kOffQ;  // (kBlockM, d), Q's layout
+  static constexpr uint32_t kOffBar = kOffV + kStages * kKVBytes + (kSeparateO ? kQBytes : 0);
+  // Barriers: q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty.
+  static constexpr int kNumBars = 2 + 4 * kStages;
+  static constexpr uint32_t kOffTile = kOffBar + kNumBars * 8;  // a TileHandoff
+  static constexpr uint32_t kSmemBytes = kOffTile + 32 + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
+  static_assert(kKVHalfBytes % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
+  // Releases: lane 0 of each consumer warp arrives once on an empty barrier.
+  static constexpr int kConsumerWarps = 8;
+  // Named barriers (0 is __syncthreads): 1, 2 order the consumers' GEMM issue; 3, 4 their epilogues.
+  static constexpr int kBarSchedule = 1, kBarEpilogue = 3;
+};
+
+template <class C>
+struct Bars {
+  uint32_t base;
+  __device__ __forceinline__ uint32_t q_full() const { return base; }
+  __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 24 + 32 * s; }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 32 * s; }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+};
+
+// Position in the K/V ring: stage and the parity of its current fill.
+template <int kStages>
+struct RingPos {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+template <class C>
+__device__ __forceinline__ void init_barriers(const Bars<C>& b) {
+  mbar_init(b.q_full(), 1);
+  mbar_init(b.q_empty(), C::kConsumerWarps);
+  for (int s = 0; s < C::kStages; ++s) {
+    mbar_init(b.k_full(s), 1);
+    mbar_init(b.k_empty(s), C::kConsumerWarps);
+    mbar_init(b.v_full(s), 1);
+    mbar_init(b.v_empty(s), C::kConsumerWarps);
+  }
+  mbar_init_fence();
+}
+
+// What the producer tells the consumers with each Q: the tile index (-1: no more tiles) and the
+// sequence bounds it has already read from global memory, which would otherwise cost each consumer
+// warp a dependent global round trip at every tile start.
+struct TileHandoff {
+  int tile;
+  PrefillSeq seq;
+};
+static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it");
+
+// ---------------------------------------------------------------------------------------------
+// Producer: one thread. Tiles come from a dynamic scheduler: a CTA starts with tile blockIdx.x, then
+// takes gridDim.x + (a global counter's next value), fetched one tile ahead so the atomic's latency
+// hides under the loads. Empty tiles (past a short sequence's end) are skipped here; each real tile's
+// index and sequence bounds travel to the consumers in shared memory, published by the Q barrier's
+// arrival, and tile -1 tells them to stop. The last CTA to finish resets the counters for the next launch.
+// K of a tile's first block goes out before Q, so that it streams in while the previous tile still
+// holds Q's buffer.
+template <class C, bool kCausal>
+__device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, volatile TileHandoff* handoff) {
+  const Bars<C> bars{smem + C::kOffBar};
+  RingPos<C::kStages> pos;
+  int tiles = 0;
+  auto next_tile = [&] { return int(gridDim.x) + atomicAdd(&p.tile_counter[0], 1); };
+  int t = blockIdx.x;
+  while (t < p.num_tiles) {
+    const PrefillTile tile = decode_tile<kCausal>(p, t);
+    const PrefillSeq seq = load_seq(p, tile.batch);
+    const int claimed = t;
+    t = next_tile();
+    if (tile.m_block * C::kBlockM >= seq.len_q) continue;
+    const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
+    const int kv_head = tile.head / p.group;
+    auto load_q = [&] {
+      mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
+      handoff->tile = claimed;
+      handoff->seq.q_start = seq.q_start;
+      handoff->seq.len_q = seq.len_q;
+      handoff->seq.k_start = seq.k_start;
+      handoff->seq.len_k = seq.len_k;
+      mbar_arrive_expect_tx(bars.q_full(), C::kQBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h)
+        tma_load_3d(smem + C::kOffQ + h * C::kQHalfBytes, &p.tma_q, bars.q_full(), h * 64, tile.head,
+                    seq.q_start + tile.m_block * C::kBlockM);
+    };
+    if (range.n_end == 0) load_q();  // no keys: the consumers still write O = 0 and lse = -inf
+    for (int n = range.n_end - 1; n >= 0; --n) {
+      const int row = seq.k_start + n * C::kBlockN;
+      mbar_wait(bars.k_empty(pos.stage), pos.phase ^ 1);
+      mbar_arrive_expect_tx(bars.k_full(pos.stage), C::kKVBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h)
+        tma_load_3d(smem + C::kOffK + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, &p.tma_k,
+                    bars.k_full(pos.stage), h * 64, kv_head, row);
+      if (n == range.n_end - 1) load_q();
+      mbar_wait(bars.v_empty(pos.stage), pos.phase ^ 1);
+      mbar_arrive_expect_tx(bars.v_full(pos.stage), C::kKVBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h)
+        tma_load_3d(smem + C::kOffV + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, &p.tma_v,
+                    bars.v_full(pos.stage), h * 64, kv_head, row);
+      pos.advance();
+    }
+    ++tiles;
+  }
+  mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
+  handoff->tile = -1;
+  mbar_arrive(bars.q_full());
+  // Every CTA has made its last fetch before it counts itself done, so the last one may reset.
+  if (atomicAdd(&p.tile_counter[1], 1) == int(gridDim.x) - 1) {
+    atomicExch(&p.tile_counter[0], 0);
+    atomicExch(&p.tile_counter[1], 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer math on wgmma accumulator fragments. Thread (warp w, lane) of a warpgroup holds rows
+// 16w + lane/4 (r = 0) and 16w + lane/4 + 8 (r = 1); per 8-column chunk c, element
+// [4c + 2r + e] is column 8c + 2·(lane % 4) + e. The same layout, packed to 16-bit pairs, is the
+// A-operand fragment of wgmma_rs, so P never leaves the registers.
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  uint32_t r;
+  if constexpr (kF16)
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Sets scores of invisible keys to -inf: key columns at or past `limit[r]` (tile-local).
+template <int kBlockN>
+__device__ __forceinline__ void mask_scores(float (&s)[kBlockN / 2], const int (&limit)[2], int lane) {
+#pragma unroll
+  for (int c = 0; c < kBlockN / 8; ++c)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * c + 2 * (lane % 4) + e >= limit[r]) s[4 * c + 2 * r + e] = -INFINITY;
+}
+
+// Online softmax over one block of scores (in place: s becomes p). m: running row max of the raw
+// scores; l: this thread's partial row sum (the 4 threads of a row are summed in the epilogue).
+// Returns through alpha the factor that rescales what was accumulated before this block.
+template <int kBlockN>
+__device__ __forceinline__ void softmax_block(float (&s)[kBlockN / 2], float (&m)[2], float (&l)[2],
+                                              float (&alpha)[2], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // A row that has seen no visible key yet keeps max -inf; subtracting 0 then keeps exp2 at 0.
+    const float shift = mx == -INFINITY ? 0.f : mx * scale_log2;
+    alpha[r] = mx == m[r] ? 1.f : exp2_approx(m[r] * scale_log2 - shift);  // exactly 1: nothing to rescale
+    m[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[4 * c + 2 * r + e];
+        x = exp2_approx(fmaf(x, scale_log2, -shift));
+        sum += x;
+      }
+    l[r] = l[r] * alpha[r] + sum;
+  }
+}
+
+// Skipped when no row max of the warp moved (after the first blocks of a long row that is the usual
+// case): head_dim / 2 multiplies less per thread and block, which counts at the power cap.
+template <int kHeadDim>
+__device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float (&alpha)[2]) {
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
+#pragma unroll
+  for (int c = 0; c < kHeadDim / 8; ++c)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      o[4 * c + 2 * r] *= alpha[r];
+      o[4 * c + 2 * r + 1] *= alpha[r];
+    }
+}
+
+template <int kBlockN, bool kF16>
+__device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2], uint32_t (&pf)[kBlockN / 4]) {
+#pragma unroll
+  for (int i = 0; i < kBlockN / 4; ++i) pf[i] = pack_pair<kF16>(s[2 * i], s[2 * i + 1]);
+}
+
+// S = Q_wg · K_stageᵀ: (64, kBlockN) over head_dim in k-steps of 16 (32 bytes inside a 128-byte row;
+// the next 64-column block of the row is a whole half-tile further).
+template <class C>
+__device__ __forceinline__ void issue_s(float (&s)[C::kBlockN / 2], uint64_t q_desc, uint64_t k_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::kHeadDim / 16; ++kk)
+    wgmma_ss<C::kBlockN, C::kF16>(s, desc_advance(q_desc, (kk / 4) * C::kQHalfBytes + (kk % 4) * 32),
+                                  desc_advance(k_desc, (kk / 4) * C::kKVHalfBytes + (kk % 4) * 32), kk > 0);
+  wgmma_commit();
+}
+
+// O += P · V_stage: (64, head_dim) over the block's keys in k-steps of 16 keys (two 8-row atoms,
+// 2048 bytes); V is row-major (keys, d), so the descriptor reads it MN-major.
+template <class C>
+__device__ __forceinline__ void issue_pv(float (&o)[C::kHeadDim / 2], const uint32_t (&pf)[C::kBlockN / 4],
+                                         uint64_t v_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::kBlockN / 16; ++kk)
+    wgmma_rs<C::kHeadDim, C::kF16>(o, pf[4 * kk], pf[4 * kk + 1], pf[4 * kk + 2], pf[4 * kk + 3],
+                                   desc_advance(v_desc, kk * 2048), 1);
+  wgmma_commit();
+}
+
+// Lane 0 of each warp releases a stage once the whole warp is past its last read of it.
+__device__ __forceinline__ void release(uint32_t bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
+// The key loop of one tile for consumer warpgroup `cw`: o, m, l come back unnormalized.
+template <class C, bool kCausal>
+__device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t smem, int cw, int lane, int warp,
+                                             int m_block, const PrefillSeq& seq,
+                                             const KeyRange<C::kBlockN, kCausal>& range, RingPos<C::kStages>& pos,
+                                             float (&o)[C::kHeadDim / 2], float (&m)[2], float (&l)[2]) {
+  const Bars<C> bars{smem + C::kOffBar};
+  const uint64_t q_desc = sw128_desc(smem + C::kOffQ + cw * 64 * 128, 0, 1024);
+  const uint64_t k_desc0 = sw128_desc(smem + C::kOffK, 0, 1024);
+  const uint64_t v_desc0 = sw128_desc(smem + C::kOffV, C::kKVHalfBytes, 1024);
+  // Tile-local key limits of this thread's two rows (exclusive), before subtracting n · kBlockN.
+  int row_limit[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m_block * C::kBlockM + cw * 64 + 16 * warp + lane / 4 + 8 * r;
+    row_limit[r] = kCausal ? min(seq.len_k, row + seq.len_k - seq.len_q + 1) : seq.len_k;
+  }
+  auto mask = [&](float(&s)[C::kBlockN / 2], int n) {
+    const int limit[2] = {row_limit[0] - n * C::kBlockN, row_limit[1] - n * C::kBlockN};
+    mask_scores<C::kBlockN>(s, limit, lane);
+  };
+  const int my_turn = C::kBarSchedule + cw, their_turn = C::kBarSchedule + (1 - cw);
+
+  float s[C::kBlockN / 2];
+  uint32_t pf[C::kBlockN / 4];
+  float alpha[2];
+  if constexpr (C::kOverlap) {
+    int n = range.n_end - 1;
+    mbar_wait(bars.k_full(pos.stage), pos.phase);
+    if constexpr (C::kPingPong) named_sync(my_turn, 256);
+    issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
+    if constexpr (C::kPingPong) named_arrive(their_turn, 256);
+    wgmma_wait<0>();
+    fence_regs(s);
+    release(bars.k_empty(pos.stage), lane);
+    if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
+    if (n >= range.n_masked) mask(s, n);
+    softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
+    pack_p<C::kBlockN, C::kF16>(s, pf);
+    RingPos<C::kStages> v_pos = pos;
+    pos.advance();
+    for (--n; n >= 0; --n) {
+      mbar_wait(bars.k_full(pos.stage), pos.phase);
+      if constexpr (C::kPingPong) named_sync(my_turn, 256);
+      issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
+      mbar_wait(bars.v_full(v_pos.stage), v_pos.phase);
+      issue_pv<C>(o, pf, desc_advance(v_desc0, v_pos.stage * C::kKVBytes));
+      if constexpr (C::kPingPong) named_arrive(their_turn, 256);
+      wgmma_wait<1>();  // S is done; P·V of the previous block may still run
+      fence_regs(s);
+      release(bars.k_empty(pos.stage), lane);
+      if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
+      if (n >= range.n_masked) mask(s, n);
+      softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
+      fence_regs(s);  // the exponentials go here, under the P·V still in flight, not after the wait
+      fence_regs(l);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pf);
+      release(bars.v_empty(v_pos.stage), lane);
+      rescale_o<C::kHeadDim>(o, alpha);
+      pack_p<C::kBlockN, C::kF16>(s, pf);
+      v_pos = pos;
+      pos.advance();
+    }
+    mbar_wait(bars.v_full(v_pos.stage), v_pos.phase);
+    issue_pv<C>(o, pf, desc_advance(v_desc0, v_pos.stage * C::kKVBytes));
+    wgmma_wait<0>();
+    fence_regs(o);
+    release(bars.v_empty(v_pos.stage), lane);
+  } else {
+    for (int n = range.n_end - 1; n >= 0; --n) {
+      mbar_wait(bars.k_full(pos.stage), pos.phase);
+      if constexpr (C::kPingPong) named_sync(my_turn, 256);
+      issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
+      if constexpr (C::kPingPong) named_arrive(their_turn, 256);
+      wgmma_wait<0>();
+      fence_regs(s);
+      release(bars.k_empty(pos.stage), lane);
+      if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
+      if (n >= range.n_masked) mask(s, n);
+      softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
+      rescale_o<C::kHeadDim>(o, alpha);
+      pack_p<C::kBlockN, C::kF16>(s, pf);
+      mbar_wait(bars.v_full(pos.stage), pos.phase);
+      issue_pv<C>(o, pf, desc_advance(v_desc0, pos.stage * C::kKVBytes));
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(bars.v_empty(pos.stage), lane);
+      pos.advance();
+    }
+  }
+}
+
+}  // namespace topt::kernels::sm90

@@ -1,0 +1,135 @@
+// Hopper (sm_90a) building blocks as inline PTX: mbarriers, TMA tile loads, named barriers, register
+// reallocation, and shared-memory matrix descriptors for wgmma. Each wrapper is one PTX instruction
+// (or a wait loop around one); the callers own the protocol.
+#pragma once
+#include <cuda.h>  // CUtensorMap (a type only: nothing from the driver library is linked)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace topt::kernels::sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers (64-bit words in shared memory) ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals));
+}
+// Makes the initialized barriers visible to the other threads and to the TMA unit (async proxy).
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// One arrival that also announces `bytes` of TMA traffic completing on this barrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits until the phase of parity `parity` has completed. A debug build (TOPT_SM90_WAIT_LIMIT = a
+// number of polls) turns a deadlock into a message and a trap instead of a hang.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#ifdef TOPT_SM90_WAIT_LIMIT
+  for (long long polls = 0; !mbar_try_wait(bar, parity); ++polls) {
+    if (polls == TOPT_SM90_WAIT_LIMIT) {
+      printf("sm90 mbarrier wait timed out: block %d thread %d barrier 0x%x parity %u\n", blockIdx.x, threadIdx.x,
+             bar, parity);
+      __trap();
+    }
+  }
+#else
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+// ---- TMA ----
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// Loads the box at coordinates (c0, c1, c2) (innermost first) of a rank-3 tensor map into shared
+// memory at `dst`, completing `bar`'s transaction count. Elements outside the tensor read as zero.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// Orders this thread's ordinary shared-memory accesses before later async-proxy (TMA, wgmma) ones.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Stores four 8×8 16-bit matrices: register j of each thread holds its mma-fragment pair of matrix j
+// (row lane/4, columns 2·(lane%4) and +1); lanes 8j..8j+7 give the shared addresses of matrix j's rows.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// ---- named barriers (id 0 is __syncthreads) ----
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- register reallocation between warpgroups (needs a register cap at kernel entry) ----
+template <int kRegs>
+__device__ __forceinline__ void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// ---- wgmma bookkeeping ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across the asynchronous region.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor for a tile in the 128-byte-swizzled layout that TMA writes with
+// CU_TENSOR_MAP_SWIZZLE_128B: rows of 128 bytes, 8-row atoms of 1024 bytes (the atoms must sit at
+// 1024-byte-aligned addresses). `lbo`: bytes between 64-element column blocks, used only by
+// MN-major operands; `sbo`: bytes between 8-row groups (1024 here). Bits: start 0-13, LBO 16-29,
+// SBO 32-45 (each >> 4), swizzle mode 62-63 (1 = 128 B).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t(1) << 62) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         uint64_t((addr >> 4) & 0x3FFF);
+}
+// The descriptor of the same tile `bytes` further on (a K step inside an atom, or the next atom):
+// the start address is the low field and never carries out of it for shared-memory addresses.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+}  // namespace topt::kernels::sm90
