@@ -40,7 +40,7 @@ struct PrefillArgs {
 // - hopper_pingpong: + the consumers take turns issuing GEMMs, and each overlaps its softmax with
 //   the previous block's P·V.
 // - hopper: + a persistent grid handing out heavy causal tiles first, in one-wave groups of heads
-//   whose K/V share L2, and a separate output staging buffer so Q is released early.
+//   whose K/V share L2, and a separate output staging buffer (Q released early, O leaving by TMA).
 enum class PrefillVariant { fa2, hopper_ws, hopper_pingpong, hopper };
 
 // Why `variant` cannot run these arguments on the current device, or "". Host-only and cheap: reads

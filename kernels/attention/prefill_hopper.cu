@@ -42,9 +42,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
     if (cw == 1) named_arrive(C::kBarSchedule, 256);
   for (int tiles = 0;; ++tiles) {
     mbar_wait(bars.q_full(), tiles & 1);
-    const int t = handoff->tile;
-    if (t < 0) break;
-    const PrefillTile tile = decode_tile<kCausal>(p, t);
+    const PrefillTile tile{handoff->tile.m_block, handoff->tile.head, handoff->tile.batch};
+    if (tile.m_block < 0) break;
     const PrefillSeq seq{handoff->seq.q_start, handoff->seq.len_q, handoff->seq.k_start, handoff->seq.len_k};
     const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
     float o[C::kHeadDim / 2];
@@ -57,6 +56,8 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
       release(bars.q_empty(), lane);
     store_tile<C>(p, smem_ptr, smem, cw, tid, lane, warp, tile, seq, o, m, l);
   }
+  if constexpr (C::kSeparateO)
+    if (tid == 0) bulk_wait();  // the last tile's O store reads shared memory that is about to go
   if constexpr (C::kPingPong)
     if (cw == 0) named_sync(C::kBarSchedule, 256);
 }
@@ -139,6 +140,7 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
   p.tma_q = make_tensor_map(a.q, a.total_q, a.heads, C::kHeadDim, C::kBlockM, f16);
   p.tma_k = make_tensor_map(a.k, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
   p.tma_v = make_tensor_map(a.v, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
+  if constexpr (C::kSeparateO) p.tma_o = make_tensor_map(a.o, a.total_q, a.heads, C::kHeadDim, 64, f16);
   p.o = a.o;
   p.lse = a.lse;
   p.cu_seqlens_q = a.cu_seqlens_q;
@@ -176,7 +178,9 @@ void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t
 }
 
 // Every rung: 128×128 tiles, 2 stages, the fastest measured on H100 bf16 d = 128 (key blocks of
-// 160 or 176 and 3 stages were slower). The top rung (`hopper`) turns every refinement on.
+// 160 or 176 and 3 stages were slower; beside the separate O buffer, a 3-deep K ring, a second Q
+// buffer loaded a tile ahead, and a tile's last P·V carried into the next tile's first turn were no
+// faster). The top rung (`hopper`) turns every refinement on.
 template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO>
 using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO>;
 

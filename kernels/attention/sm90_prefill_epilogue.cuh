@@ -1,8 +1,9 @@
 // Hopper prefill attention, epilogue: normalize O by the row sums, stage it through shared memory
 // (this warpgroup's own 64 rows of the staging buffer: Q's, free once the warpgroup's last S GEMM
-// is done, or a buffer of its own with kSeparateO) and store whole rows with 16-byte coalesced
-// writes, skipping rows past the sequence (a packed varlen tile can hold the next sequence's rows);
-// then the rows' log-sum-exp.
+// is done, or a buffer of its own with kSeparateO) and store it: whole rows with 16-byte coalesced
+// writes, skipping rows past the sequence (a packed varlen tile can hold the next sequence's rows),
+// or, from the separate buffer when all 64 rows are inside the sequence, one TMA bulk store; then
+// the rows' log-sum-exp.
 #pragma once
 #include <cstdint>
 
@@ -28,7 +29,9 @@ __device__ __forceinline__ void store_tile(const PrefillParams& p, uint8_t* smem
   uint8_t* staging = smem_ptr + C::kOffO + cw * 64 * 128;
   const uint32_t staging_addr = smem + C::kOffO + cw * 64 * 128;
   // Every warp of the warpgroup is past its last S GEMM (staging in Q) or its reads of the previous
-  // tile's staging (separate buffer).
+  // tile's staging (separate buffer; thread 0 waits for its bulk store to have read it).
+  if constexpr (C::kSeparateO)
+    if (tid == 0) bulk_wait_read();
   named_sync(C::kBarEpilogue + cw, 128);
   {
     // stmatrix per pair of 8-column chunks: matrices (rows 0-7, c), (rows 8-15, c), (0-7, c+1), (8-15, c+1)
@@ -45,19 +48,32 @@ __device__ __forceinline__ void store_tile(const PrefillParams& p, uint8_t* smem
                   pack_pair<C::kF16>(o[4 * c + 6] * inv[1], o[4 * c + 7] * inv[1]));
     }
   }
+  if constexpr (C::kSeparateO) fence_proxy_async();  // the bulk store reads the staging
   named_sync(C::kBarEpilogue + cw, 128);
   constexpr int kChunks = C::kHeadDim / 8;  // 16-byte chunks per output row
   constexpr int kRowsPerPass = 128 / kChunks;
   const int first_row = tile.m_block * C::kBlockM + cw * 64;
+  // With the separate buffer, 64 rows inside the sequence leave as one bulk tensor store per 64
+  // columns, issued by one thread and waited for only before the next tile's staging. Otherwise row
+  // by row: past a sequence's end lie the next sequence's rows, which a box store would overwrite.
+  if (C::kSeparateO && first_row + 64 <= seq.len_q) {
+    if (tid == 0) {
 #pragma unroll
-  for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-    const int row = pass * kRowsPerPass + tid / kChunks;
-    const int c = tid % kChunks;
-    if (first_row + row < seq.len_q) {
-      const uint32_t off = (c / 8) * C::kQHalfBytes + row * 128 + (((c % 8) ^ (row % 8)) * 16);
-      const uint4 v = *reinterpret_cast<const uint4*>(staging + off);
-      const size_t elem = (size_t(seq.q_start + first_row + row) * p.heads + tile.head) * C::kHeadDim + c * 8;
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + elem) = v;
+      for (int h = 0; h < C::kHalves; ++h)
+        tma_store_3d(&p.tma_o, staging_addr + h * C::kQHalfBytes, h * 64, tile.head, seq.q_start + first_row);
+      bulk_commit();
+    }
+  } else {
+#pragma unroll
+    for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+      const int row = pass * kRowsPerPass + tid / kChunks;
+      const int c = tid % kChunks;
+      if (first_row + row < seq.len_q) {
+        const uint32_t off = (c / 8) * C::kQHalfBytes + row * 128 + (((c % 8) ^ (row % 8)) * 16);
+        const uint4 v = *reinterpret_cast<const uint4*>(staging + off);
+        const size_t elem = (size_t(seq.q_start + first_row + row) * p.heads + tile.head) * C::kHeadDim + c * 8;
+        *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o) + elem) = v;
+      }
     }
   }
   if (lane % 4 == 0) {

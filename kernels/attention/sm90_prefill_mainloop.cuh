@@ -24,7 +24,8 @@ namespace topt::kernels::sm90 {
 //   softmax of block n runs while that P·V is still in flight.
 // kSeparateO: the output is staged in its own buffer, so Q's buffer is released as soon as a tile's
 //   last S GEMM is done and the next tile's Q loads under this tile's last P·V and epilogue
-//   (otherwise the output is staged in Q's buffer and the next Q waits for the epilogue).
+//   (otherwise the output is staged in Q's buffer and the next Q waits for the epilogue); and a
+//   full tile leaves that buffer through a TMA bulk store that the warpgroup does not wait for.
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kF16_, bool kPingPong_, bool kOverlap_, bool kSeparateO_>
 struct PrefillConfig {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
@@ -98,11 +99,11 @@ __device__ __forceinline__ void init_barriers(const Bars<C>& b) {
   mbar_init_fence();
 }
 
-// What the producer tells the consumers with each Q: the tile index (-1: no more tiles) and the
-// sequence bounds it has already read from global memory, which would otherwise cost each consumer
-// warp a dependent global round trip at every tile start.
+// What the producer tells the consumers with each Q: the tile it has decoded (m_block -1: no more
+// tiles) and the sequence bounds it has already read from global memory, which would otherwise cost
+// each consumer warp the decode's divisions and a dependent global round trip at every tile start.
 struct TileHandoff {
-  int tile;
+  PrefillTile tile;
   PrefillSeq seq;
 };
 static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it");
@@ -110,9 +111,10 @@ static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it
 // ---------------------------------------------------------------------------------------------
 // Producer: one thread. Tiles come from a dynamic scheduler: a CTA starts with tile blockIdx.x, then
 // takes gridDim.x + (a global counter's next value), fetched one tile ahead so the atomic's latency
-// hides under the loads. Empty tiles (past a short sequence's end) are skipped here; each real tile's
-// index and sequence bounds travel to the consumers in shared memory, published by the Q barrier's
-// arrival, and tile -1 tells them to stop. The last CTA to finish resets the counters for the next launch.
+// hides under the loads. Empty tiles (past a short sequence's end) are skipped here; each real tile,
+// decoded, and its sequence bounds travel to the consumers in shared memory, published by the Q
+// barrier's arrival, and m_block -1 tells them to stop. The last CTA to finish resets the counters
+// for the next launch.
 // K of a tile's first block goes out before Q, so that it streams in while the previous tile still
 // holds Q's buffer.
 template <class C, bool kCausal>
@@ -121,18 +123,26 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   RingPos<C::kStages> pos;
   int tiles = 0;
   auto next_tile = [&] { return int(gridDim.x) + atomicAdd(&p.tile_counter[0], 1); };
+  // The bounds of the last sequence read: consecutive tiles often share it, and each global round
+  // trip here delays the tile's first K load.
+  int seq_batch = -1;
+  PrefillSeq seq{};
   int t = blockIdx.x;
   while (t < p.num_tiles) {
     const PrefillTile tile = decode_tile<kCausal>(p, t);
-    const PrefillSeq seq = load_seq(p, tile.batch);
-    const int claimed = t;
+    if (tile.batch != seq_batch) {
+      seq = load_seq(p, tile.batch);
+      seq_batch = tile.batch;
+    }
     t = next_tile();
     if (tile.m_block * C::kBlockM >= seq.len_q) continue;
     const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
     const int kv_head = tile.head / p.group;
     auto load_q = [&] {
       mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
-      handoff->tile = claimed;
+      handoff->tile.m_block = tile.m_block;
+      handoff->tile.head = tile.head;
+      handoff->tile.batch = tile.batch;
       handoff->seq.q_start = seq.q_start;
       handoff->seq.len_q = seq.len_q;
       handoff->seq.k_start = seq.k_start;
@@ -164,7 +174,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
     ++tiles;
   }
   mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
-  handoff->tile = -1;
+  handoff->tile.m_block = -1;
   mbar_arrive(bars.q_full());
   // Every CTA has made its last fetch before it counts itself done, so the last one may reset.
   if (atomicAdd(&p.tile_counter[1], 1) == int(gridDim.x) - 1) {

@@ -14,6 +14,7 @@ struct PrefillParams {
   CUtensorMap tma_q;  // (total_q, heads, d): boxes of (128 rows, 1 head, 64 columns)
   CUtensorMap tma_k;  // (total_k, kv_heads, d): boxes of (block_n rows, 1 head, 64 columns)
   CUtensorMap tma_v;
+  CUtensorMap tma_o;  // (total_q, heads, d): boxes of (64 rows, 1 head, 64 columns), one warpgroup's rows
   void* o;      // (total_q, heads, d)
   float* lse;   // (heads, total_q)
   const int32_t* cu_seqlens_q;

@@ -494,7 +494,7 @@ void register_attention_prefill(Registry& registry) {
                                "block's P·V"));
   op.impls.push_back(ours_impl("ours_v2", kernels::PrefillVariant::hopper,
                                "ours_v2_pingpong + persistent grid, heavy causal tiles first in one-wave L2 head "
-                               "groups, separate O staging (Q released early)"));
+                               "groups, separate O staging (Q released early, O stored by TMA)"));
   registry.add(std::move(op));
 }
 
