@@ -36,7 +36,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& where, const std::string& file) {
   require_map(n, where, file);
   check_keys(n, {"timer", "cache", "cuda_graph", "hide_launch", "warmup_min_runs", "warmup_max_s", "min_samples",
-                 "min_time_s", "max_noise_pct", "max_samples", "timeout_s", "repetitions"},
+                 "min_time_s", "max_noise_pct", "max_samples", "timeout_s", "repetitions", "interleave"},
              where, file);
   if (auto v = n["timer"]) {
     auto s = yaml_scalar<std::string>(v, where + ".timer", "a timer name", file);
@@ -61,6 +61,7 @@ void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& w
   if (auto v = n["max_samples"]) m.max_samples = positive_int(v, where + ".max_samples", file);
   if (auto v = n["timeout_s"]) m.timeout_s = positive(v, where + ".timeout_s", file);
   if (auto v = n["repetitions"]) m.repetitions = positive_int(v, where + ".repetitions", file);
+  if (auto v = n["interleave"]) m.interleave = yaml_scalar<bool>(v, where + ".interleave", "true or false", file);
   if (m.max_samples < m.min_samples)
     throw_config_error(file, n.Mark(), fmt::format("{}: max_samples ({}) is below min_samples ({})", where,
                                                    m.max_samples, m.min_samples));

@@ -238,71 +238,85 @@ class SweepRunner {
       if (existing.is_baseline && existing.op == pc.c.op && existing.params == pc.c.params &&
           existing.dtype == dtype_name(pc.c.dtype) && existing.time_us)
         baseline_us = existing.time_us->median;
-
-    for (auto* pi : todo) {
-      ResultRow r = base_row(pc, *pi);
-      bool lost = false;
-      if (!pi->skip_reason.empty()) {
-        r.status = Status::unsupported;
-        r.reason = pi->skip_reason;
-      } else {
-        lost = run_impl(pc, *pi, *problem, ref, r);
-      }
+    auto finish = [&](ResultRow r) {
       if (r.time_us) {
         if (r.is_baseline) baseline_us = r.time_us->median;
         if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
       }
       record(std::move(r), progress);
+    };
+
+    const MeasureSettings& m = pc.sweep->measure;
+    const bool interleave = m.interleave && !opt_.profile;
+    std::vector<Checked> checked;  // interleave: every impl checked first, then timed in rounds
+    for (auto* pi : todo) {
+      Checked c{pi, base_row(pc, *pi), nullptr, {}};
+      bool lost = false;
+      if (!pi->skip_reason.empty()) {
+        c.row.status = Status::unsupported;
+        c.row.reason = pi->skip_reason;
+      } else {
+        lost = prepare_and_check(pc, *problem, ref, c);
+        if (c.inst && interleave) {
+          checked.push_back(std::move(c));
+          continue;
+        }
+        if (c.inst)
+          lost = guarded(c.row, [&] {
+            if (opt_.profile) {
+              profile_launch(pc, pi->impl->name, *c.inst);
+              c.row.status = Status::ok;
+              return;
+            }
+            NvtxCaseRange range(pc.c, pi->impl->name);
+            c.reps = run_benchmark(pc.c.name(pi->impl->name), m.repetitions,
+                                   [&] { return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m); });
+            finish_timing(c);
+          });
+      }
+      finish(std::move(c.row));
       if (lost) return true;
     }
-    return false;
+
+    // Round r times impl (k + r) mod n in slot k: over n rounds every impl takes every slot.
+    bool lost = false;
+    for (int round = 0; round < m.repetitions && !lost; ++round)
+      for (size_t k = 0; k < checked.size() && !lost; ++k) {
+        Checked& c = checked[(k + size_t(round)) % checked.size()];
+        if (!c.inst) continue;  // failed in an earlier round
+        lost = guarded(c.row, [&] {
+          NvtxCaseRange range(pc.c, c.pi->impl->name);
+          c.reps.push_back(
+              run_benchmark(pc.c.name(c.pi->impl->name), 1, [&] {
+                return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m);
+              }).front());
+        });
+        if (c.row.status != Status::ok) c.inst.reset();
+      }
+    for (Checked& c : checked) {
+      if (c.inst && !lost) lost = guarded(c.row, [&] {
+        finish_timing(c);
+        c.row.timer += ",interleaved";
+      });
+      finish(std::move(c.row));
+    }
+    return lost;
   }
 
-  // Check, then time. Returns true when the CUDA context is lost.
-  bool run_impl(const PlannedCase& pc, const PlannedImpl& pi, const Problem& problem, const Reference& ref,
-                ResultRow& r) {
-    std::optional<NvtxCaseRange> range;  // in `topt profile`, around the profiled launch alone
-    if (!opt_.profile) range.emplace(pc.c, pi.impl->name);
-    const MeasureSettings& m = pc.sweep->measure;
+  // An implementation of a case: its row, and its instance while it is checked and not yet timed.
+  struct Checked {
+    const PlannedImpl* pi;
+    ResultRow row;
+    std::unique_ptr<Instance> inst;
+    std::vector<Measurement> reps;  // timed repetitions so far
+  };
+
+  // Runs `work`, turning what it throws into the row's status. Returns true when the CUDA context
+  // is lost.
+  template <class F>
+  bool guarded(ResultRow& r, F&& work) {
     try {
-      std::unique_ptr<Instance> inst = pi.impl->prepare(problem, pc.c, stream_);
-      // Set-up may have gone to any stream (a plain cudaMemset goes to the legacy one, which our
-      // non-blocking stream does not wait for): finish it before the checked launch.
-      CUDA_CHECK(cudaDeviceSynchronize());
-      for (auto& out : problem.outputs()) poison_nan(out, stream_);
-      inst->launch(stream_);
-      CUDA_CHECK_LAUNCH();
-      inst->copy_out(stream_);
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      CheckResult check = check_outputs(problem, ref, stream_);
-      double tol = pc.op->tolerances.at(pc.c.dtype);
-      r.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
-      if (!check.passes(tol)) {
-        r.status = Status::check_failed;
-        r.reason = check.describe(tol);
-        return false;
-      }
-      if (opt_.profile) {
-        profile_launch(pc, pi.impl->name, *inst);
-        r.status = Status::ok;
-        return false;
-      }
-      auto reps = run_benchmark(pc.c.name(pi.impl->name), m.repetitions,
-                                [&] { return timer_->measure([&](cudaStream_t s) { inst->launch(s); }, m); });
-      Measurement meas = pool(reps);
-      r.time_us = meas.stats;
-      r.sm_clock_mhz = meas.sm_clock_mhz;
-      r.throttled = meas.throttled;
-      r.noisy = meas.noisy;
-      r.timer = meas.timer;
-      double seconds = meas.stats.median * 1e-6;
-      if (r.flops > 0) r.tflops = r.flops / seconds / 1e12;
-      if (r.bytes > 0) r.gbps = r.bytes / seconds / 1e9;
-      r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
-      r.status = Status::ok;
-      if (size_t ws = inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
-      for (auto& [name, value] : inst->metrics()) r.metrics[name] = metric_json(value);
-      if (counters_) collect_counters(*inst, r);
+      work();
     } catch (const Unsupported& e) {
       r.status = Status::unsupported;
       r.reason = e.what();
@@ -318,6 +332,56 @@ class SweepRunner {
       r.reason = e.what();
     }
     return false;
+  }
+
+  // Prepares the instance and checks one launch of it. On success c.inst is set and c.row.status is
+  // ok; otherwise c.inst is null and the row says why. Returns true when the CUDA context is lost.
+  bool prepare_and_check(const PlannedCase& pc, const Problem& problem, const Reference& ref, Checked& c) {
+    std::optional<NvtxCaseRange> range;  // in `topt profile`, around the profiled launch alone
+    if (!opt_.profile) range.emplace(pc.c, c.pi->impl->name);
+    const bool lost = guarded(c.row, [&] {
+      std::unique_ptr<Instance> inst = c.pi->impl->prepare(problem, pc.c, stream_);
+      // Set-up may have gone to any stream (a plain cudaMemset goes to the legacy one, which our
+      // non-blocking stream does not wait for): finish it before the checked launch.
+      CUDA_CHECK(cudaDeviceSynchronize());
+      for (auto& out : problem.outputs()) poison_nan(out, stream_);
+      inst->launch(stream_);
+      CUDA_CHECK_LAUNCH();
+      inst->copy_out(stream_);
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CheckResult check = check_outputs(problem, ref, stream_);
+      double tol = pc.op->tolerances.at(pc.c.dtype);
+      c.row.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
+      if (!check.passes(tol)) {
+        c.row.status = Status::check_failed;
+        c.row.reason = check.describe(tol);
+        return;
+      }
+      c.row.status = Status::ok;
+      c.inst = std::move(inst);
+    });
+    if (c.row.status != Status::ok) c.inst.reset();
+    return lost;
+  }
+
+  // The row's timing from its repetitions, then the instance's workspace, metrics and counters.
+  void finish_timing(Checked& c) {
+    ResultRow& r = c.row;
+    Measurement meas = pool(c.reps);
+    r.time_us = meas.stats;
+    r.sm_clock_mhz = meas.sm_clock_mhz;
+    r.throttled = meas.throttled;
+    r.noisy = meas.noisy;
+    r.timer = meas.timer;
+    double seconds = meas.stats.median * 1e-6;
+    if (r.flops > 0) r.tflops = r.flops / seconds / 1e12;
+    if (r.bytes > 0) r.gbps = r.bytes / seconds / 1e9;
+    r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
+    r.status = Status::ok;
+    if (size_t ws = c.inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
+    for (auto& [name, value] : c.inst->metrics()) r.metrics[name] = metric_json(value);
+    if (counters_) collect_counters(*c.inst, r);
+    c.inst.reset();  // its memory goes back before the next case
   }
 
   const Config& cfg_;

@@ -22,7 +22,7 @@ std::string error_of(const std::string& yaml) {
 const char* kValid = R"(
 name: t
 seed: 7
-measure: {cache: hot, cuda_graph: true, min_samples: 5, max_noise_pct: 2.5, repetitions: 2}
+measure: {cache: hot, cuda_graph: true, min_samples: 5, max_noise_pct: 2.5, repetitions: 2, interleave: true}
 check: {cpu_reference_max_elements: 1000}
 ops:
   - op: rmsnorm
@@ -45,6 +45,7 @@ TEST(Config, ParsesEverySection) {
   EXPECT_EQ(c.measure.min_samples, 5);
   EXPECT_DOUBLE_EQ(c.measure.max_noise_pct, 2.5);
   EXPECT_EQ(c.measure.repetitions, 2);
+  EXPECT_TRUE(c.measure.interleave);
   EXPECT_EQ(c.check.cpu_reference_max_elements, 1000);
   ASSERT_EQ(c.ops.size(), 1u);
   EXPECT_EQ(c.ops[0].impls, (std::vector<std::string>{"ours", "cudnn"}));
