@@ -324,8 +324,9 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
   float s[C::kBlockN / 2];
   uint32_t pf[C::kBlockN / 4];
   float alpha[2];
-  if constexpr (C::kOverlap) {
-    int n = range.n_end - 1;
+  // S = Q·Kᵀ of key block n with no P·V in flight, masked where the block needs it, then the online
+  // softmax; the K stage (and, at the last block, Q) is released as soon as S is in registers.
+  auto scores_alone = [&](int n) {
     mbar_wait(bars.k_full(pos.stage), pos.phase);
     if constexpr (C::kPingPong) named_sync(my_turn, 256);
     issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
@@ -336,6 +337,10 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
     if (n >= range.n_masked) mask(s, n);
     softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
+  };
+  if constexpr (C::kOverlap) {
+    int n = range.n_end - 1;
+    scores_alone(n);
     pack_p<C::kBlockN, C::kF16>(s, pf);
     RingPos<C::kStages> v_pos = pos;
     pos.advance();
@@ -370,16 +375,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     release(bars.v_empty(v_pos.stage), lane);
   } else {
     for (int n = range.n_end - 1; n >= 0; --n) {
-      mbar_wait(bars.k_full(pos.stage), pos.phase);
-      if constexpr (C::kPingPong) named_sync(my_turn, 256);
-      issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
-      if constexpr (C::kPingPong) named_arrive(their_turn, 256);
-      wgmma_wait<0>();
-      fence_regs(s);
-      release(bars.k_empty(pos.stage), lane);
-      if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
-      if (n >= range.n_masked) mask(s, n);
-      softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
+      scores_alone(n);
       rescale_o<C::kHeadDim>(o, alpha);
       pack_p<C::kBlockN, C::kF16>(s, pf);
       mbar_wait(bars.v_full(pos.stage), pos.phase);
