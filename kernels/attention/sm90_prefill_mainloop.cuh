@@ -154,21 +154,19 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
                     seq.q_start + tile.m_block * C::kBlockM);
     };
     if (range.n_end == 0) load_q();  // no keys: the consumers still write O = 0 and lse = -inf
+    // Key rows [row, row + kBlockN) of K or V (`map`) into the ring stage at `ring`, once it is free.
+    auto load_kv = [&](uint32_t empty, uint32_t full, uint32_t ring, const CUtensorMap* map, int row) {
+      mbar_wait(empty, pos.phase ^ 1);
+      mbar_arrive_expect_tx(full, C::kKVBytes);
+#pragma unroll
+      for (int h = 0; h < C::kHalves; ++h)
+        tma_load_3d(smem + ring + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, map, full, h * 64, kv_head, row);
+    };
     for (int n = range.n_end - 1; n >= 0; --n) {
       const int row = seq.k_start + n * C::kBlockN;
-      mbar_wait(bars.k_empty(pos.stage), pos.phase ^ 1);
-      mbar_arrive_expect_tx(bars.k_full(pos.stage), C::kKVBytes);
-#pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        tma_load_3d(smem + C::kOffK + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, &p.tma_k,
-                    bars.k_full(pos.stage), h * 64, kv_head, row);
+      load_kv(bars.k_empty(pos.stage), bars.k_full(pos.stage), C::kOffK, &p.tma_k, row);
       if (n == range.n_end - 1) load_q();
-      mbar_wait(bars.v_empty(pos.stage), pos.phase ^ 1);
-      mbar_arrive_expect_tx(bars.v_full(pos.stage), C::kKVBytes);
-#pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        tma_load_3d(smem + C::kOffV + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, &p.tma_v,
-                    bars.v_full(pos.stage), h * 64, kv_head, row);
+      load_kv(bars.v_empty(pos.stage), bars.v_full(pos.stage), C::kOffV, &p.tma_v, row);
       pos.advance();
     }
     ++tiles;

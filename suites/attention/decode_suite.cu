@@ -345,37 +345,14 @@ std::string ours_unsupported(const Case& c) {
   return kernels::decode_unsupported(kv, {s.heads, s.q_len, s.context});
 }
 
-}  // namespace
-
-std::vector<double> decode_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
-                                               const std::vector<double>& v, int heads, int kv_heads, int q_len,
-                                               int64_t len, int head_dim, double scale) {
-  std::vector<double> o(size_t(heads) * q_len * head_dim);
-  std::vector<double> w(static_cast<size_t>(len));  // one query row's scores, then weights
-  for (int h = 0; h < heads; ++h) {
-    const int kv_head = h / (heads / kv_heads);
-    for (int t = 0; t < q_len; ++t) {
-      const int64_t keys = len - q_len + 1 + t;
-      const double* qr = &q[(size_t(h) * q_len + t) * head_dim];
-      double m = -INFINITY;
-      for (int64_t j = 0; j < keys; ++j) {
-        const double* kr = &k[(size_t(kv_head) * len + j) * head_dim];
-        double dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += qr[d] * kr[d];
-        w[size_t(j)] = dot * scale;
-        m = std::max(m, w[size_t(j)]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < keys; ++j) sum += w[size_t(j)] = std::exp(w[size_t(j)] - m);
-      double* orow = &o[(size_t(h) * q_len + t) * head_dim];
-      for (int64_t j = 0; j < keys; ++j) {
-        const double* vr = &v[(size_t(kv_head) * len + j) * head_dim];
-        for (int d = 0; d < head_dim; ++d) orow[d] += w[size_t(j)] / sum * vr[d];
-      }
-    }
-  }
-  return o;
+Impl ours_impl(const char* name, kernels::DecodeVariant variant, const char* note) {
+  return {name, Role::ours, note, ours_unsupported,
+          [variant](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+            return std::make_unique<OursDecode>(as_decode(p), variant, s);
+          }};
 }
+
+}  // namespace
 
 void register_attention_decode(Registry& registry) {
   OpDef op;
@@ -433,26 +410,17 @@ void register_attention_decode(Registry& registry) {
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
                       }});
-  op.impls.push_back({"ours_simt", Role::ours,
-                      "fused split-KV over the pages, GQA group per block, fp32 CUDA-core math, in-kernel LSE combine",
-                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::simt, s);
-                      }});
-  op.impls.push_back({"ours", Role::ours,
-                      "tensor cores: mma.sync m16n8k16 with the group's rows as M, weights kept in registers",
-                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma, s);
-                      }});
-  op.impls.push_back({"ours_v2_2stage", Role::ours,
-                      "ours + one sync per tile, warp-parallel split combine, whole-wave split planner",
-                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma_v2_2stage, s);
-                      }});
-  op.impls.push_back({"ours_v2", Role::ours,
-                      "ours_v2_2stage with 3 pipeline stages (2 tiles in flight during compute, 2 blocks per SM)",
-                      ours_unsupported, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<OursDecode>(as_decode(p), kernels::DecodeVariant::mma_v2, s);
-                      }});
+  // Our ladder, each rung adding one thing to the one before.
+  op.impls.push_back(ours_impl("ours_simt", kernels::DecodeVariant::simt,
+                               "fused split-KV over the pages, GQA group per block, fp32 CUDA-core math, in-kernel LSE "
+                               "combine"));
+  op.impls.push_back(ours_impl("ours", kernels::DecodeVariant::mma,
+                               "tensor cores: mma.sync m16n8k16 with the group's rows as M, weights kept in registers"));
+  op.impls.push_back(ours_impl("ours_v2_2stage", kernels::DecodeVariant::mma_v2_2stage,
+                               "ours + one sync per tile, warp-parallel split combine, whole-wave split planner"));
+  op.impls.push_back(ours_impl("ours_v2", kernels::DecodeVariant::mma_v2,
+                               "ours_v2_2stage with 3 pipeline stages (2 tiles in flight during compute, 2 blocks per "
+                               "SM)"));
   registry.add(std::move(op));
 }
 

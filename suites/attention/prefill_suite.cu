@@ -386,39 +386,6 @@ Impl ours_impl(const char* name, kernels::PrefillVariant variant, const char* no
 
 }  // namespace
 
-PrefillReference prefill_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
-                                             const std::vector<double>& v, int heads, int kv_heads, int64_t len_q,
-                                             int64_t len_k, int head_dim, double scale, bool causal) {
-  PrefillReference ref;
-  ref.o.assign(size_t(len_q) * heads * head_dim, 0.0);
-  ref.lse.resize(size_t(heads) * len_q);
-  std::vector<double> w(static_cast<size_t>(len_k));  // one query row's scores, then weights
-  for (int h = 0; h < heads; ++h) {
-    const int kv_head = h / (heads / kv_heads);
-    for (int64_t i = 0; i < len_q; ++i) {
-      const int64_t keys = causal ? i + len_k - len_q + 1 : len_k;
-      const double* qr = &q[(size_t(i) * heads + h) * head_dim];
-      double m = -INFINITY;
-      for (int64_t j = 0; j < keys; ++j) {
-        const double* kr = &k[(size_t(j) * kv_heads + kv_head) * head_dim];
-        double dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += qr[d] * kr[d];
-        w[size_t(j)] = dot * scale;
-        m = std::max(m, w[size_t(j)]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < keys; ++j) sum += w[size_t(j)] = std::exp(w[size_t(j)] - m);
-      double* orow = &ref.o[(size_t(i) * heads + h) * head_dim];
-      for (int64_t j = 0; j < keys; ++j) {
-        const double* vr = &v[(size_t(j) * kv_heads + kv_head) * head_dim];
-        for (int d = 0; d < head_dim; ++d) orow[d] += w[size_t(j)] / sum * vr[d];
-      }
-      ref.lse[size_t(h) * len_q + size_t(i)] = m + std::log(sum);
-    }
-  }
-  return ref;
-}
-
 std::vector<std::pair<int, int>> prefill_lengths(const Case& c) { return PrefillCase(c).lengths(); }
 
 void register_attention_prefill(Registry& registry) {

@@ -83,6 +83,14 @@ class CudnnLayerNorm : public Instance {
   DeviceBuffer workspace_;
 };
 
+// Our fused LayerNorm.
+std::unique_ptr<Instance> ours_layernorm(const LayerNormProblem& q, kernels::RowSplit split = kernels::RowSplit::block) {
+  return std::make_unique<LambdaInstance>([&q, split](cudaStream_t s) {
+    kernels::layernorm_forward(q.x->data, q.w->data, q.b->data, q.y->data, q.shape.tokens, q.shape.hidden, q.shape.eps,
+                               q.shape.dtype, split, s);
+  });
+}
+
 }  // namespace
 
 std::vector<double> layernorm_reference(const std::vector<double>& x, const std::vector<double>& w,
@@ -131,23 +139,14 @@ void register_layernorm(Registry& registry) {
                       "write",
                       norm_ours_unsupported,
                       [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        const auto& q = as_layernorm(p);
-                        return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
-                          kernels::layernorm_forward(q.x->data, q.w->data, q.b->data, q.y->data, q.shape.tokens,
-                                                     q.shape.hidden, q.shape.eps, q.shape.dtype, s);
-                        });
+                        return ours_layernorm(as_layernorm(p));
                       }});
   op.impls.push_back({"ours_v2", Role::ours,
                       "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster, statistics merged through "
                       "DSMEM (Chan's formula, one cluster barrier)",
                       norm_ours_unsupported,
                       [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        const auto& q = as_layernorm(p);
-                        return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
-                          kernels::layernorm_forward(q.x->data, q.w->data, q.b->data, q.y->data, q.shape.tokens,
-                                                     q.shape.hidden, q.shape.eps, q.shape.dtype,
-                                                     kernels::RowSplit::cluster_when_rows_are_few, s);
-                        });
+                        return ours_layernorm(as_layernorm(p), kernels::RowSplit::cluster_when_rows_are_few);
                       }});
   registry.add(std::move(op));
 }
