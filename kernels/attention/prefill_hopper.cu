@@ -11,9 +11,6 @@
 // per 8.4 MFLOP, so a head's K/V must come from L2 for most of its query tiles (hence the
 // scheduler's one-wave sections). Under this load the card sits at its power cap (SM clock seen
 // at 1.3-1.7 GHz), so every instruction and shared-memory byte saved also buys clock.
-#include <cuda.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled: the driver entry point, looked up at run time
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -23,6 +20,7 @@
 #include "kernels/attention/sm90_prefill_epilogue.cuh"
 #include "kernels/attention/sm90_prefill_mainloop.cuh"
 #include "kernels/attention/sm90_prefill_scheduler.cuh"
+#include "kernels/attention/tma_map.h"
 
 namespace topt::kernels {
 
@@ -91,33 +89,12 @@ __global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __
 #endif
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr)
-      throw std::runtime_error("prefill_hopper: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A (rows, heads, head_dim) tensor of 16-bit elements, read in boxes of (box_rows, 1 head, 64
-// columns) = box_rows × 128 bytes, 128-byte swizzled as wgmma's descriptors expect.
+// A (rows, heads, head_dim) tensor, read in boxes of (box_rows, 1 head, 64 columns) = box_rows × 128 bytes.
 CUtensorMap make_tensor_map(const void* ptr, int rows, int heads, int head_dim, int box_rows, bool f16) {
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(rows)};
-  const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(heads) * head_dim * 2};
-  const cuuint32_t box[3] = {64, 1, cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(ptr), dims,
-      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("prefill_hopper: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) + ")");
-  return map;
+  const uint64_t dims[3] = {uint64_t(head_dim), uint64_t(heads), uint64_t(rows)};
+  const uint64_t strides[2] = {uint64_t(head_dim) * 2, uint64_t(heads) * head_dim * 2};
+  const uint32_t box[3] = {64, 1, uint32_t(box_rows)};
+  return make_tma_map_16bit("prefill_hopper", ptr, f16, 3, dims, strides, box);
 }
 
 constexpr size_t kWorkspaceBytes = 2 * sizeof(int);  // the tile scheduler's counters

@@ -1,0 +1,16 @@
+// TMA tensor maps for the Hopper kernels: 16-bit elements (bf16 or fp16), 128-byte swizzle, the
+// layout wgmma descriptors and the kernels' ldmatrix addressing expect.
+#pragma once
+#include <cuda.h>  // CUtensorMap (a type only: the encoder is looked up in the driver at run time)
+
+#include <cstdint>
+
+namespace topt::kernels {
+
+// A map over a tensor of `rank` dims (innermost first, dims[0] contiguous): `strides` gives the
+// byte strides of dims 1 … rank − 1, `box` the box a load moves (box[0] · 2 bytes must be 128).
+// Elements outside the tensor read as zero. Throws std::runtime_error naming `what` on failure.
+CUtensorMap make_tma_map_16bit(const char* what, const void* ptr, bool f16, int rank, const uint64_t* dims,
+                               const uint64_t* strides, const uint32_t* box);
+
+}  // namespace topt::kernels
