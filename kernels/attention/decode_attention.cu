@@ -21,6 +21,8 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/kv_cache.h"
 #include "kernels/attention/mma_sm80.cuh"
+#include "kernels/attention/sm90_primitives.cuh"
+#include "kernels/attention/tma_map.h"
 #include "kernels/norm/row_tile.cuh"
 
 namespace topt::kernels {
@@ -65,6 +67,9 @@ struct DecodeParams {
   int kv_heads, q_len, rows_total, page_size, max_pages_per_seq, splits, split_tokens;
   int page_shift;      // log2(page_size): page sizes are powers of two
   float scale_log2;    // softmax scale · log2(e): scores live in the log2 domain (exp2)
+  // tma only: the K and V pools as (head_dim, page_size, kv_heads, num_pages), boxes of
+  // (64 dims, min(page_size, kTile) tokens, 1, 1).
+  CUtensorMap k_map, v_map;
 };
 
 // Byte offsets into a block's dynamic shared memory; the simt variant adds q, p and alpha.
@@ -289,9 +294,9 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
 template <class T>
 __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place, float* sW) {
   if (!is_last_split(p, place)) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int splits = p.splits;
-  for (int r = warp; r < place.rows; r += kWarps) {  // sW: (rows, splits)
+  for (int r = warp; r < place.rows; r += warps) {  // sW: (rows, splits)
     const float* lse = p.partial_lse + (place.first_row + r) * splits;
     float m = -INFINITY;
     for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(lse + s));
@@ -308,7 +313,7 @@ __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace
     for (int s = lane; s < splits; s += 32) sW[r * splits + s] *= inv;
   }
   __syncthreads();
-  for (int r = warp; r < place.rows; r += kWarps) {
+  for (int r = warp; r < place.rows; r += warps) {
     const int64_t row = place.first_row + r;
     const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * splits * kHeadDim) + lane;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -465,103 +470,111 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
   if (p.splits > 1) combine_if_last_split<T>(p, place);
 }
 
+// Shared-memory addresses of 16-byte chunk `chunk` of tile row `token`, per stage layout.
+// cp.async stages: rows of 256 bytes, chunks XOR-swizzled by the row (mma_sm80.cuh).
+struct RowSwizzle {
+  uint32_t base;
+  __device__ uint32_t operator()(int token, int chunk) const { return base + 2 * swizzled(token, chunk); }
+};
+// TMA stages (CU_TENSOR_MAP_SWIZZLE_128B): two halves of 64 dims, each (kTile rows of 128 bytes),
+// chunk c of a row stored at (c ^ row % 8); the stage starts 1024-byte aligned.
+constexpr uint32_t kTmaHalfBytes = kTile * 128;
+struct TmaSwizzle {
+  uint32_t base;
+  __device__ uint32_t operator()(int token, int chunk) const {
+    return base + (chunk >> 3) * kTmaHalfBytes + token * 128 + (((chunk & 7) ^ (token & 7)) << 4);
+  }
+};
+
 // mma: tensor cores, mma.sync m16n8k16 with the block's 16 rows as M. Per warp and tile, scores
 // (16 rows, 16 tokens) = q (16, 128) · kᵀ, K as B straight from ldmatrix; the weights stay in
 // registers as the A operand of (16 rows, 128 dims) += p (16, 16 tokens) · V, V through
 // ldmatrix.trans. Lane l holds rows l/4 and l/4 + 8 of every fragment (PTX's groupID).
-// kV2: S stages with one sync per tile, page ids for kMaxSplitPagesV2 pages, the parallel combine.
-template <class T, int S, bool kV2>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams p) {
-  static_assert(kV2 || S == kStages, "the first mma version is double-buffered");
-  using Layout = SmemLayout<kMmaRows, false, S, kV2 ? kMaxSplitPagesV2 : kMaxSplitPages>;
+// One warp's state: q as A fragments, its running max, sum and output over its tokens of each tile.
+template <class T>
+struct MmaWarp {
   using Bits = PackedBits<T>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* sM = reinterpret_cast<float*>(smem + Layout::m);
-  float* sL = reinterpret_cast<float*>(smem + Layout::l);
+  const int warp, lane, g, t4;  // g, t4: fragment row (and row + 8), column pair
+  uint32_t q_frag[kHeadDim / 16][4];                                  // 8 k-steps of 16 dims
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};    // rows g, g + 8
+  int key_end[2];
+  float o[kHeadDim / 8][4];  // (16 n8 tiles of dims) x C fragment
 
-  const BlockPlace place(p, kMmaRows);
-  if (place.begin < place.end) {
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int g = lane / 4, t4 = lane % 4;  // fragment row (and row + 8), column pair
-    // q as A fragments, (8 k-steps of 16 dims) x 4 registers, from global once; rows past the block's are 0.
-    uint32_t q_frag[kHeadDim / 16][4];
-    {
-      const uint32_t* q = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.q) + place.first_row * kHeadDim);
-      auto q_pair = [&](int r, int dim) { return r < place.rows ? q[(r * kHeadDim + dim) / 2] : 0u; };
+  // q from global once; rows past the block's are 0.
+  __device__ MmaWarp(const DecodeParams& p, const BlockPlace& place)
+      : warp(threadIdx.x / 32), lane(threadIdx.x % 32), g(lane / 4), t4(lane % 4),
+        key_end{place.key_end(p, g), place.key_end(p, g + 8)} {
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.q) + place.first_row * kHeadDim);
+    auto q_pair = [&](int r, int dim) { return r < place.rows ? q[(r * kHeadDim + dim) / 2] : 0u; };
 #pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        q_frag[kk][0] = q_pair(g, kk * 16 + 2 * t4);
-        q_frag[kk][1] = q_pair(g + 8, kk * 16 + 2 * t4);
-        q_frag[kk][2] = q_pair(g, kk * 16 + 8 + 2 * t4);
-        q_frag[kk][3] = q_pair(g + 8, kk * 16 + 8 + 2 * t4);
-      }
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      q_frag[kk][0] = q_pair(g, kk * 16 + 2 * t4);
+      q_frag[kk][1] = q_pair(g + 8, kk * 16 + 2 * t4);
+      q_frag[kk][2] = q_pair(g, kk * 16 + 8 + 2 * t4);
+      q_frag[kk][3] = q_pair(g + 8, kk * 16 + 8 + 2 * t4);
     }
-    const TileLoader<T, S> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
-
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows g, g + 8
-    const int key_end[2] = {place.key_end(p, g), place.key_end(p, g + 8)};
-    float o[kHeadDim / 8][4];  // (16 n8 tiles of dims) x C fragment
 #pragma unroll
     for (int n = 0; n < kHeadDim / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+  }
+
+  // The warp's 16 tokens of tile `tile`, whose K and V chunks sit at k_at / v_at(token, chunk).
+  template <class Addr>
+  __device__ __forceinline__ void step(const DecodeParams& p, const BlockPlace& place, int tile, Addr k_at,
+                                       Addr v_at) {
     const int n0 = warp * kTokensPerWarp;  // the warp's first token in the tile
     // ldmatrix row addresses: lane l names row l % 8 of matrix l / 8.
     const int mat = lane / 8, mat_row = lane % 8;
+    float s[2][4] = {};  // (2 n8 tiles of tokens) x C fragment
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      // Matrices: (tokens 0-7, dims lo), (tokens 0-7, dims hi), (tokens 8-15, lo), (tokens 8-15, hi).
+      uint32_t kb[4];
+      ldmatrix_x4<false>(kb, k_at(n0 + (mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
+      mma_16816<T>(s[0], q_frag[kk], kb[0], kb[1]);
+      mma_16816<T>(s[1], q_frag[kk], kb[2], kb[3]);
+    }
+    // Softmax per row half h (row g + 8h): its values are s[n][2h], s[n][2h + 1] over the quad.
+    const int key0 = place.begin + tile * kTile + n0;
+    uint32_t p_frag[4];  // the weights as the A operand: rows g, g + 8 x tokens 0-7, 8-15
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + (e / 2) * 8 + 2 * t4 + e % 2;
+        const float score = s[e / 2][2 * h + e % 2] * p.scale_log2;
+        w[e] = key < key_end[h] && key < place.end ? score : -INFINITY;
+      }
+      const float alpha = online_softmax_step<4>(w, m_run[h], l_run[h]);
+#pragma unroll
+      for (int n = 0; n < kHeadDim / 8; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
+      p_frag[h] = Bits::pack(w[0], w[1]);      // tokens 2·t4, +1 (k 0-7)
+      p_frag[2 + h] = Bits::pack(w[2], w[3]);  // tokens 8 + 2·t4, +1 (k 8-15)
+    }
+#pragma unroll
+    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+      // Matrices: (tokens 0-7, dims lo), (tokens 8-15, lo), (tokens 0-7, hi), (tokens 8-15, hi).
+      uint32_t vb[4];
+      ldmatrix_x4<true>(vb, v_at(n0 + (mat % 2) * 8 + mat_row, dp * 2 + mat / 2));
+      mma_16816<T>(o[2 * dp], p_frag, vb[0], vb[1]);
+      mma_16816<T>(o[2 * dp + 1], p_frag, vb[2], vb[3]);
+    }
+  }
 
-    auto compute = [&](int tile, int stage) {
-      const T* sK_tile = loader.k_stage(stage);  // (kTile, kHeadDim)
-      const T* sV_tile = loader.v_stage(stage);  // (kTile, kHeadDim)
-      float s[2][4] = {};  // (2 n8 tiles of tokens) x C fragment
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        // Matrices: (tokens 0-7, dims lo), (tokens 0-7, dims hi), (tokens 8-15, lo), (tokens 8-15, hi).
-        uint32_t kb[4];
-        ldmatrix_x4<false>(kb, sK_tile + swizzled(n0 + (mat / 2) * 8 + mat_row, kk * 2 + mat % 2));
-        mma_16816<T>(s[0], q_frag[kk], kb[0], kb[1]);
-        mma_16816<T>(s[1], q_frag[kk], kb[2], kb[3]);
-      }
-      // Softmax per row half h (row g + 8h): its values are s[n][2h], s[n][2h + 1] over the quad.
-      const int key0 = place.begin + tile * kTile + n0;
-      uint32_t p_frag[4];  // the weights as the A operand: rows g, g + 8 x tokens 0-7, 8-15
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float w[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + (e / 2) * 8 + 2 * t4 + e % 2;
-          const float score = s[e / 2][2 * h + e % 2] * p.scale_log2;
-          w[e] = key < key_end[h] && key < place.end ? score : -INFINITY;
-        }
-        const float alpha = online_softmax_step<4>(w, m_run[h], l_run[h]);
-#pragma unroll
-        for (int n = 0; n < kHeadDim / 8; ++n) o[n][2 * h] *= alpha, o[n][2 * h + 1] *= alpha;
-        p_frag[h] = Bits::pack(w[0], w[1]);      // tokens 2·t4, +1 (k 0-7)
-        p_frag[2 + h] = Bits::pack(w[2], w[3]);  // tokens 8 + 2·t4, +1 (k 8-15)
-      }
-#pragma unroll
-      for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-        // Matrices: (tokens 0-7, dims lo), (tokens 8-15, lo), (tokens 0-7, hi), (tokens 8-15, hi).
-        uint32_t vb[4];
-        ldmatrix_x4<true>(vb, sV_tile + swizzled(n0 + (mat % 2) * 8 + mat_row, dp * 2 + mat / 2));
-        mma_16816<T>(o[2 * dp], p_frag, vb[0], vb[1]);
-        mma_16816<T>(o[2 * dp + 1], p_frag, vb[2], vb[3]);
-      }
-    };
-    if constexpr (kV2)
-      loader.run_multistage(compute);
-    else
-      loader.run(compute);
-
-    // Merge the warps, as the simt variant does, from the C fragments.
+  // Merges the kWarps warps' results, as the simt variant does, from the C fragments, over sRed
+  // (kWarps, kMmaRows, kHeadDim) floats; sync() waits for every one of the kWarps warps.
+  template <class Sync>
+  __device__ void write_output(const DecodeParams& p, const BlockPlace& place, float* sRed, float* sM, float* sL,
+                               Sync&& sync) {
     if (t4 == 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         sM[warp * kMmaRows + g + 8 * h] = m_run[h];
         sL[warp * kMmaRows + g + 8 * h] = l_run[h];
       }
-    __syncthreads();
-    float* sRed = reinterpret_cast<float*>(smem + Layout::k);  // (kWarps, kMmaRows, kHeadDim)
+    sync();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
@@ -574,8 +587,33 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
         *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + n * 8 + 2 * t4) =
             make_float2(o[n][2 * h] * f, o[n][2 * h + 1] * f);
     }
-    __syncthreads();
+    sync();
     write_block_output<T, kMmaRows>(p, place, sRed, sM, sL);
+  }
+};
+
+// kV2: S stages with one sync per tile, page ids for kMaxSplitPagesV2 pages, the parallel combine.
+template <class T, int S, bool kV2>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(kV2 || S == kStages, "the first mma version is double-buffered");
+  using Layout = SmemLayout<kMmaRows, false, S, kV2 ? kMaxSplitPagesV2 : kMaxSplitPages>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sM = reinterpret_cast<float*>(smem + Layout::m);
+  float* sL = reinterpret_cast<float*>(smem + Layout::l);
+
+  const BlockPlace place(p, kMmaRows);
+  if (place.begin < place.end) {
+    MmaWarp<T> mma(p, place);
+    const TileLoader<T, S> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
+    auto compute = [&](int tile, int stage) {
+      mma.step(p, place, tile, RowSwizzle{sm90::smem_addr(loader.k_stage(stage))},
+               RowSwizzle{sm90::smem_addr(loader.v_stage(stage))});
+    };
+    if constexpr (kV2)
+      loader.run_multistage(compute);
+    else
+      loader.run(compute);
+    mma.write_output(p, place, reinterpret_cast<float*>(smem + Layout::k), sM, sL, [] { __syncthreads(); });
   } else {
     write_empty_split(p, place);
   }
@@ -587,24 +625,145 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeParams
   }
 }
 
+// v3 (tma): the same warps' math fed by a producer warp. Per stage a full and an empty mbarrier;
+// the producer's one lane waits for a stage to be empty and asks the TMA unit for its tile's pages
+// (a box of (page or tile tokens, 64 dims) per page, half and tensor, 32 KB a tile); each consumer
+// warp releases a stage as soon as it has read it, so refills never wait for a block-wide sync and
+// up to S tiles stay in flight. Pages past the split are asked for at page −1, which TMA fills
+// with zeros.
+template <int S>
+struct TmaLayout {
+  static constexpr uint32_t kv_stage = 2 * kTmaHalfBytes;       // one tensor's tile: 16 KB
+  static constexpr uint32_t k = 0;                              // (S) stages, 1024-byte aligned
+  static constexpr uint32_t v = k + S * kv_stage;
+  static constexpr uint32_t full = v + S * kv_stage;            // (S) mbarriers
+  static constexpr uint32_t empty = full + S * 8;               // (S) mbarriers
+  static constexpr uint32_t m = empty + S * 8;                  // (kWarps, kMmaRows)
+  static constexpr uint32_t l = m + kWarps * kMmaRows * 4;      // (kWarps, kMmaRows)
+  static constexpr uint32_t pages = l + kWarps * kMmaRows * 4;  // (kMaxSplitPagesV2)
+  static constexpr size_t bytes = pages + kMaxSplitPagesV2 * 4 + 1024;  // + the alignment slack
+  static_assert(size_t(kWarps) * kMmaRows * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
+  static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the combine's weights reuse the K stages");
+};
+constexpr int kStagesTma = 3;      // 102 KB: 2 blocks per SM
+constexpr int kStagesTmaDeep = 6;  // 198 KB: 1 block per SM
+constexpr int kTmaThreads = kThreads + 32;  // the consumer warps, then the producer warp
+constexpr int kBarConsumers = 1;            // named barrier of the consumer warps (0 is __syncthreads)
+
+template <class T, int S>
+__global__ void __launch_bounds__(kTmaThreads) decode_tma_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace sm90;
+  using Layout = TmaLayout<S>;
+  extern __shared__ unsigned char smem_raw[];
+  // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
+  const uint32_t raw = smem_addr(smem_raw);
+  const uint32_t smem = (raw + 1023) & ~1023u;
+  unsigned char* smem_ptr = smem_raw + (smem - raw);
+  float* sM = reinterpret_cast<float*>(smem_ptr + Layout::m);
+  float* sL = reinterpret_cast<float*>(smem_ptr + Layout::l);
+  int* sPages = reinterpret_cast<int*>(smem_ptr + Layout::pages);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  const BlockPlace place(p, kMmaRows);
+  if (place.begin < place.end) {
+    const int first_page = place.begin >> p.page_shift, last_page = (place.end - 1) >> p.page_shift;
+    const int n_tiles = (place.end - place.begin + kTile - 1) / kTile;
+    if (warp == kWarps) {  // the page table, prefetched: the split's page ids, read once
+      const int32_t* table = p.block_table + int64_t(place.b) * p.max_pages_per_seq + first_page;
+      for (int i = lane; i <= last_page - first_page; i += 32) sPages[i] = table[i];
+      if (lane == 0) {
+        for (int s = 0; s < S; ++s) {
+          mbar_init(smem + Layout::full + 8 * s, 1);
+          mbar_init(smem + Layout::empty + 8 * s, kWarps);
+        }
+        mbar_init_fence();
+        tma_prefetch_descriptor(&p.k_map);
+        tma_prefetch_descriptor(&p.v_map);
+      }
+    }
+    if (warp < kWarps) {
+      MmaWarp<T> mma(p, place);  // q's loads overlap the page ids' and the first tile's
+      __syncthreads();
+      for (int tile = 0; tile < n_tiles; ++tile) {
+        const int stage = tile % S;
+        mbar_wait(smem + Layout::full + 8 * stage, (tile / S) & 1);
+        const uint32_t k_stage = smem + Layout::k + stage * Layout::kv_stage;
+        const uint32_t v_stage = smem + Layout::v + stage * Layout::kv_stage;
+        // Tokens past the sequence's end within its last page hold whatever the pool holds; their
+        // weights are 0, but 0 · NaN is not, so this warp zeroes its V rows there.
+        const int past_end = place.begin + tile * kTile + warp * kTokensPerWarp + kTokensPerWarp - place.end;
+        if (past_end > 0) {
+          const int first_zero = max(kTokensPerWarp - past_end, 0);
+          for (int i = lane; i < (kTokensPerWarp - first_zero) * kChunksPerRow; i += 32) {
+            const int token = warp * kTokensPerWarp + first_zero + i / kChunksPerRow;
+            *reinterpret_cast<uint4*>(smem_ptr + (TmaSwizzle{v_stage}(token, i % kChunksPerRow) - smem)) =
+                make_uint4(0, 0, 0, 0);
+          }
+          __syncwarp();
+        }
+        mma.step(p, place, tile, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem + Layout::empty + 8 * stage);
+      }
+      mma.write_output(p, place, reinterpret_cast<float*>(smem_ptr + Layout::k), sM, sL,
+                       [] { named_sync(kBarConsumers, kThreads); });
+    } else {
+      __syncthreads();
+      if (lane == 0) {
+        const int kv_head = place.kv_head;
+        const int page_tokens = min(p.page_size, kTile);  // tokens per box
+        for (int tile = 0; tile < n_tiles; ++tile) {
+          const int stage = tile % S;
+          mbar_wait(smem + Layout::empty + 8 * stage, ((tile / S) & 1) ^ 1);
+          const uint32_t full = smem + Layout::full + 8 * stage;
+          mbar_arrive_expect_tx(full, 2 * Layout::kv_stage);
+          const int tile_start = place.begin + tile * kTile;
+          const int in_page = tile_start & (p.page_size - 1);  // 0 unless pages hold more than a tile
+          for (int box = 0; box < kTile / page_tokens; ++box) {
+            const int page_index = (tile_start >> p.page_shift) + box;
+            const int page = page_index <= last_page ? sPages[page_index - first_page] : -1;
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes + box * page_tokens * 128;
+              tma_load_4d(smem + Layout::k + dst, &p.k_map, full, half * 64, in_page, kv_head, page);
+              tma_load_4d(smem + Layout::v + dst, &p.v_map, full, half * 64, in_page, kv_head, page);
+            }
+          }
+        }
+      }
+      __syncwarp();
+    }
+  } else {
+    write_empty_split(p, place);
+  }
+  if (p.splits > 1) combine_if_last_split_v2<T>(p, place, reinterpret_cast<float*>(smem_ptr + Layout::k));
+#else
+  __trap();  // built without sm_90 code: TMA is not there
+#endif
+}
+
 template <int R>
 using RowsTag = std::integral_constant<int, R>;
 
-// Calls f(kernel, dynamic shared bytes) for the variant, dtype and rows per block.
+// Calls f(kernel, dynamic shared bytes, threads) for the variant, dtype and rows per block.
 template <class F>
 void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, F&& f) {
   dispatch_half_dtype(dtype, [&](auto type) {
     using T = typename decltype(type)::type;
     if (variant == DecodeVariant::mma)
-      return f(decode_mma_kernel<T, kStages, false>, SmemLayout<kMmaRows, false>::bytes);
+      return f(decode_mma_kernel<T, kStages, false>, SmemLayout<kMmaRows, false>::bytes, kThreads);
     if (variant == DecodeVariant::mma_v2)
       return f(decode_mma_kernel<T, kStagesV2, true>,
-               SmemLayout<kMmaRows, false, kStagesV2, kMaxSplitPagesV2>::bytes);
+               SmemLayout<kMmaRows, false, kStagesV2, kMaxSplitPagesV2>::bytes, kThreads);
     if (variant == DecodeVariant::mma_v2_2stage)
-      return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes);
+      return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes, kThreads);
+    if (variant == DecodeVariant::tma)
+      return f(decode_tma_kernel<T, kStagesTma>, TmaLayout<kStagesTma>::bytes, kTmaThreads);
+    if (variant == DecodeVariant::tma_deep)
+      return f(decode_tma_kernel<T, kStagesTmaDeep>, TmaLayout<kStagesTmaDeep>::bytes, kTmaThreads);
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
-      f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes);
+      f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes, kThreads);
     };
     switch (rows_per_block) {
       case 1: return simt(RowsTag<1>{});
@@ -633,6 +792,8 @@ std::string DecodePlan::describe() const {
   const char* name = variant == DecodeVariant::mma             ? "mma"
                      : variant == DecodeVariant::mma_v2        ? "mma_v2"
                      : variant == DecodeVariant::mma_v2_2stage ? "mma_v2_2stage"
+                     : variant == DecodeVariant::tma           ? "tma"
+                     : variant == DecodeVariant::tma_deep      ? "tma_deep"
                                                                : "simt";
   return std::string(name) + " rows_per_block=" +
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
@@ -657,7 +818,9 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   DecodePlan plan;
   plan.variant = variant;
   const int rows = rows_total(kv, shape);
-  const bool v2 = variant == DecodeVariant::mma_v2 || variant == DecodeVariant::mma_v2_2stage;
+  const bool tma = variant == DecodeVariant::tma || variant == DecodeVariant::tma_deep;
+  // v2 and later: whole-wave splits, page ids for kMaxSplitPagesV2 pages, the parallel combine.
+  const bool v2 = variant == DecodeVariant::mma_v2 || variant == DecodeVariant::mma_v2_2stage || tma;
   if (variant != DecodeVariant::simt) {
     plan.rows_per_block = kMmaRows;
   } else {
@@ -665,13 +828,17 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     while (plan.rows_per_block < rows && plan.rows_per_block < kMaxRowsPerBlock) plan.rows_per_block *= 2;
   }
   plan.row_blocks = ceil_div(rows, plan.rows_per_block);
-  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, [&](auto* kernel, size_t smem) {
+  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, [&](auto* kernel, size_t smem, int threads) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, kThreads, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, threads, smem));
   });
-  int device = 0, sm_count = 0;
+  int device = 0, sm_count = 0, cc_major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  if (tma && cc_major < 9)
+    throw Unsupported("decode attention: the tma variants need TMA (sm_90 or later), this GPU is sm_" +
+                      std::to_string(cc_major) + "x");
 
   // Splits: the fewest that fill the last wave of blocks to kMinWaveEfficiency, else the best fill.
   const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
@@ -715,7 +882,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
   const int rows = rows_total(kv, shape);
   const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
   float* partial_o = static_cast<float*>(workspace);
-  const DecodeParams p{q,
+  DecodeParams p{q,
                        o,
                        kv.k_pages,
                        kv.v_pages,
@@ -733,9 +900,21 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
                        plan.split_tokens,
                        page_shift(kv.page_size),
                        float(scale * 1.4426950408889634)};
+  if (plan.variant == DecodeVariant::tma || plan.variant == DecodeVariant::tma_deep) {
+    if (!kv.block_table || kv.num_pages < 1)
+      throw std::invalid_argument("decode attention (tma): needs a paged cache with its num_pages");
+    const uint64_t dims[4] = {uint64_t(kHeadDim), uint64_t(kv.page_size), uint64_t(kv.kv_heads),
+                              uint64_t(kv.num_pages)};
+    const uint64_t head_bytes = uint64_t(kv.page_size) * kHeadDim * 2;
+    const uint64_t strides[3] = {kHeadDim * 2, head_bytes, head_bytes * kv.kv_heads};
+    const uint32_t box[4] = {64, uint32_t(std::min(kv.page_size, kTile)), 1, 1};
+    const bool f16 = kv.dtype == DType::f16;
+    p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box);
+    p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
+  }
   const dim3 grid(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads));
   dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block,
-                  [&](auto* kernel, size_t smem) { kernel<<<grid, kThreads, smem, stream>>>(p); });
+                  [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -28,7 +28,9 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 // query rows as M, padded to 16).
 // mma_v2 adds a 3-stage pipeline with one sync per tile, a warp-parallel split combine and a planner
 // that aims for whole waves; mma_v2_2stage is the same with 2 stages (3 blocks per SM, not 2).
-enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage };
+// tma (sm_90+): the mma_v2 math fed by a producer warp through TMA and per-stage mbarriers, 3 stages
+// at 2 blocks per SM; tma_deep: 6 stages at 1 block per SM.
+enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma, tma_deep };
 
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
 // and occupancy; print it with describe().

@@ -125,6 +125,7 @@ PagedKv contiguous_kv(void* k, void* v, const int32_t* seq_lens, int batch, int 
   kv.page_size = max_len;
   kv.max_pages_per_seq = 1;
   kv.dtype = dtype;
+  kv.num_pages = batch;
   return kv;
 }
 

@@ -20,6 +20,7 @@ struct PagedKv {
   const int32_t* seq_lens = nullptr;    // [batch]: tokens held, the newest ones included
   int batch = 0, kv_heads = 0, head_dim = 0, page_size = 0, max_pages_per_seq = 0;
   DType dtype = DType::bf16;
+  int num_pages = 0;                    // pages in the pool (0: unknown; the TMA decode kernel needs it)
 };
 
 // A contiguous cache k, v [batch, kv_heads, max_len, head_dim] seen as one page of max_len tokens

@@ -234,6 +234,7 @@ class DecodeProblem : public Problem {
     kv.page_size = shape.page_size;
     kv.max_pages_per_seq = max_pages;
     kv.dtype = shape.dtype;
+    kv.num_pages = num_pages;
     return kv;
   }
   kernels::DecodeShape decode_shape() const { return {shape.heads, shape.q_len, shape.context}; }
@@ -421,6 +422,11 @@ void register_attention_decode(Registry& registry) {
   op.impls.push_back(ours_impl("ours_v2", kernels::DecodeVariant::mma_v2,
                                "ours_v2_2stage with 3 pipeline stages (2 tiles in flight during compute, 2 blocks per "
                                "SM)"));
+  op.impls.push_back(ours_impl("ours_v3", kernels::DecodeVariant::tma,
+                               "ours_v2's math fed by a producer warp: TMA page loads into 3 mbarrier stages that "
+                               "each warp releases on its own, 2 blocks per SM"));
+  op.impls.push_back(ours_impl("ours_v3_deep", kernels::DecodeVariant::tma_deep,
+                               "ours_v3 with 6 stages at 1 block per SM"));
   registry.add(std::move(op));
 }
 
