@@ -11,11 +11,20 @@
 //
 // Causal (bottom-right): a block stops at the last tile its last row sees; only tiles that cross the
 // diagonal of its first row, or the end of the keys, are masked; a warp whose rows see nothing of a
-// tile skips it. Grid: x = head (fastest, so GQA groups share K/V in L2), y = sequence, z counted
-// from each sequence's last query tile, so the heaviest causal tiles start first.
+// tile skips it. Block order: query tiles counted from each sequence's last, in groups of 2^group_shift
+// (up to kGroupTiles) tiles, the heaviest group first (grid z); within a group, sequence by sequence
+// (y), then head by head, each head's tiles of the group together (x = head · 2^group_shift + tile).
+// So the blocks in flight share the K/V of a few dozen (head, sequence) pairs (a GQA group's heads are
+// adjacent), which stays in L2, and the heaviest causal tiles still start first: ordered by tile alone
+// (head fastest), the blocks in flight spread over up to 264 pairs and MHA at seq <= 2048 ran 1-10%
+// slower; ordered by pair alone, a late pair's heavy causal tiles started last and causal at
+// seq >= 4096 ran 2-5% slower. Head and tile come from blockIdx.x by shift and mask, which the compiler
+// recomputes where needed: divisions by runtime counts instead kept three more values live and spilled
+// loop values.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -53,24 +62,54 @@ struct Config {
 // rows × D tile at g (row stride `stride` elements) -> swizzled shared memory, asynchronously; rows at
 // or past `valid_rows` are zero-filled. A thread copies one chunk column of every kRowStep-th row; its
 // source walks down by pointer increments, so that no per-chunk offset is loop-invariant: hoisted out
-// of the tile loop, those offsets took more registers than there are and spilled.
+// of the tile loop, those offsets took more registers than there are and spilled. kRowStep is a
+// multiple of 8 rows, so all of a thread's chunks share one swizzle and its destinations are constant
+// offsets from the first. A whole tile (every tile but a sequence's last) skips the bounds tests.
 template <class Cfg, int kRows, class T>
 __device__ __forceinline__ void load_tile(T* s, const T* g, int stride, int valid_rows) {
   constexpr int kRowStep = Cfg::kThreads / Cfg::kChunksPerRow;
   static_assert(Cfg::kThreads % Cfg::kChunksPerRow == 0 && kRows % kRowStep == 0, "whole rows per round");
+  static_assert(kRowStep % 8 == 0, "a thread's rows share one swizzle");
   const int r = threadIdx.x / Cfg::kChunksPerRow, c = threadIdx.x % Cfg::kChunksPerRow;
+  T* dst = s + swizzled_offset<Cfg::kChunksPerRow>(r, c);
   const T* src = g + (r * stride + c * kChunkElems);
   const int64_t step = int64_t(kRowStep) * stride;
+  if (valid_rows >= kRows) {
 #pragma unroll
-  for (int it = 0; it < kRows / kRowStep; ++it, src += step) {
-    const bool valid = r < valid_rows - it * kRowStep;
-    cp_async_16(s + swizzled_offset<Cfg::kChunksPerRow>(r + it * kRowStep, c), valid ? src : g, valid);
+    for (int it = 0; it < kRows / kRowStep; ++it, src += step)
+      cp_async_16(dst + it * kRowStep * Cfg::kHeadDim, src, true);
+  } else {
+#pragma unroll
+    for (int it = 0; it < kRows / kRowStep; ++it, src += step) {
+      const bool valid = r < valid_rows - it * kRowStep;
+      cp_async_16(dst + it * kRowStep * Cfg::kHeadDim, valid ? src : g, valid);
+    }
   }
 }
 
+// A lane's ldmatrix row address into a swizzled tile (kChunksPerRow chunks a row), in one register: the
+// chunk of k16 step `step` is (2·step + half) ^ (row % 8) = 8·(step / 4) + ((2·(step % 4)) ^ x), with
+// x = half ^ (row % 8). The tile starts 128-byte aligned, so XOR-ing 32·(step % 4) into the address of
+// chunk x gives chunk (2·(step % 4)) ^ x; rows further down by multiples of 8, steps past 4 and other
+// stages are constants added on. (mma_sm80.cuh's SwizzledLaneRows keeps the four XORed addresses in four
+// registers instead; this kernel has none to spare.)
+template <int kChunksPerRow>
+struct LaneRowAddr {
+  static constexpr int kRowBytes = kChunksPerRow * 16;
+  unsigned addr;
+
+  __device__ __forceinline__ LaneRowAddr(const void* tile, int lane_row, int half)
+      : addr(unsigned(__cvta_generic_to_shared(tile)) + lane_row * kRowBytes + (half ^ (lane_row & 7)) * 16) {}
+  __device__ __forceinline__ unsigned at(int rows, int step, unsigned bytes = 0) const {
+    return (addr ^ unsigned((step % 4) * 32)) + bytes + rows * kRowBytes + (step / 4) * 128;
+  }
+};
+
+constexpr int kGroupTiles = 8;  // a power of two
+
 template <class Cfg, class T, bool kCausal>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
-    prefill_fa2_kernel(const PrefillArgs a, const float scale_log2) {
+    prefill_fa2_kernel(const PrefillArgs a, const float scale_log2, const int group_shift) {
   constexpr int D = Cfg::kHeadDim, BM = Cfg::kBlockM, BN = Cfg::kBlockN, MT = Cfg::kMTiles;
   constexpr int CPR = Cfg::kChunksPerRow;
   using Bits = PackedBits<T>;
@@ -79,9 +118,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   T* sK = sQ + Cfg::kQElems;           // (kStages, BN, D)
   T* sV = sK + Cfg::kStages * Cfg::kKvElems;
 
-  const int head = blockIdx.x, b = blockIdx.y;
+  const int head = int(blockIdx.x) >> group_shift, b = blockIdx.y;
+  const int tile_from_last = (int(blockIdx.z) << group_shift) + (int(blockIdx.x) & ((1 << group_shift) - 1));
   const int q0 = a.cu_seqlens_q[b], len_q = a.cu_seqlens_q[b + 1] - q0;
-  const int m_block = (len_q + BM - 1) / BM - 1 - int(blockIdx.z);
+  const int m_block = (len_q + BM - 1) / BM - 1 - tile_from_last;
   if (m_block < 0) return;  // this sequence has fewer query tiles than the longest
   const int k0 = a.cu_seqlens_k[b], len_k = a.cu_seqlens_k[b + 1] - k0;
   const int m_start = m_block * BM;
@@ -102,12 +142,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int mat = lane / 8, mat_row = lane % 8;   // ldmatrix: this lane addresses row mat_row of matrix mat
   const int row0 = warp * Cfg::kRowsPerWarp;      // the warp's first row in the block
   // ldmatrix row addresses. Q: (rows 0-7, dims lo), (8-15, lo), (0-7, hi), (8-15, hi) = an A fragment.
-  // K: (keys 0-7, dims lo), (0-7, hi), (8-15, lo), (8-15, hi) = B of two n8 tiles of keys. V (.trans)
-  // takes the same addresses, a constant further on: its matrices 0 and 2 are B of the n8 tile of
-  // low dims, 1 and 3 of the high ones. One set of registers for both.
-  const SwizzledLaneRows<CPR> q_rows(sQ, row0 + (mat % 2) * 8 + mat_row, mat / 2);
-  const SwizzledLaneRows<CPR> kv_rows(sK, (mat / 2) * 8 + mat_row, mat % 2);
-  constexpr unsigned kVBytes = Cfg::kStages * Cfg::kKvElems * 2;  // sV - sK
+  // K: (keys 0-7, dims lo), (0-7, hi), (8-15, lo), (8-15, hi) = B of two n8 tiles of keys. V (.trans):
+  // Q's pattern, (keys 0-7, dims lo), (8-15, lo), (0-7, hi), (8-15, hi), so that each n8 tile of dims
+  // is an adjacent register pair, as the mma takes B: with K's addresses it was matrices 0 and 2, and
+  // the compiler spent ~200 moves a tile pairing them.
+  const LaneRowAddr<CPR> q_rows(sQ, row0 + (mat % 2) * 8 + mat_row, mat / 2);
+  const LaneRowAddr<CPR> k_rows(sK, (mat / 2) * 8 + mat_row, mat % 2);
+  const LaneRowAddr<CPR> v_rows(sV, (mat % 2) * 8 + mat_row, mat / 2);
   // Causal: row g (+ 8h, + 16·mt) of the warp sees keys below key_limit (+ 8h, + 16·mt) and len_k.
   const int key_limit = m_start + row0 + g + diag + 1;
   // The last tile a warp computes: its last row sees no key of any later one.
@@ -149,7 +190,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
         uint32_t kb[4];
-        ldmatrix_x4<false>(kb, kv_rows.at(np * 16, kk, stage_bytes));
+        ldmatrix_x4<false>(kb, k_rows.at(np * 16, kk, stage_bytes));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           if (kk == 0) {
@@ -219,11 +260,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t vb[4];
-        ldmatrix_x4<true>(vb, kv_rows.at(j * 16, dp, stage_bytes + kVBytes));
+        ldmatrix_x4<true>(vb, v_rows.at(j * 16, dp, stage_bytes));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(o[mt][2 * dp], pa[mt][j], vb[0], vb[2]);
-          mma_16816<T>(o[mt][2 * dp + 1], pa[mt][j], vb[1], vb[3]);
+          mma_16816<T>(o[mt][2 * dp], pa[mt][j], vb[0], vb[1]);
+          mma_16816<T>(o[mt][2 * dp + 1], pa[mt][j], vb[2], vb[3]);
         }
       }
   };
@@ -287,8 +328,8 @@ std::string unsupported(const PrefillArgs& a) {
   if (!(a.scale > 0.f) || !std::isfinite(a.scale))
     return "scale must be positive and finite (the running max is kept on the raw scores)";
   if (a.batch > 65535) return "batch must be at most 65535 (grid y)";
-  if ((int64_t(a.max_seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM > 65535)
-    return "max_seq_q must be at most 65535 query tiles (grid z)";
+  if ((int64_t(a.max_seq_q) + Cfg::kBlockM - 1) / Cfg::kBlockM > int64_t(65535) * kGroupTiles)
+    return "max_seq_q must be at most 524280 query tiles (grid z)";
   return "";
 }
 
@@ -297,8 +338,12 @@ template <class Cfg, class T, bool kCausal>
 void launch(const PrefillArgs& a, cudaStream_t stream) {
   auto* kernel = prefill_fa2_kernel<Cfg, T, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmemBytes)));
-  const dim3 grid(unsigned(a.heads), unsigned(a.batch), unsigned((a.max_seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, float(a.scale * 1.4426950408889634));
+  const int q_tiles = (a.max_seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  int group_shift = 0;  // the smallest power of two of tiles that holds a short sequence's, up to kGroupTiles
+  while ((1 << group_shift) < std::min(q_tiles, kGroupTiles)) ++group_shift;
+  const dim3 grid(unsigned(a.heads) << group_shift, unsigned(a.batch),
+                  unsigned((q_tiles + (1 << group_shift) - 1) >> group_shift));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, float(a.scale * 1.4426950408889634), group_shift);
   CUDA_CHECK_LAUNCH();
 }
 
