@@ -645,8 +645,11 @@ struct TmaLayout {
   static_assert(size_t(kWarps) * kMmaRows * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
   static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the combine's weights reuse the K stages");
 };
-constexpr int kStagesTma = 3;      // 102 KB: 2 blocks per SM
-constexpr int kStagesTmaDeep = 6;  // 198 KB: 1 block per SM
+// Two depths, picked by the planner: 3 stages (102 KB, 2 blocks per SM: one block's prologue and
+// epilogue hide under the other's loads) or 6 (198 KB, 1 block per SM: the fewest splits when the
+// groups fit one wave).
+constexpr int kStagesTma = 3;
+constexpr int kStagesTmaDeep = 6;
 constexpr int kTmaThreads = kThreads + 32;  // the consumer warps, then the producer warp
 constexpr int kBarConsumers = 1;            // named barrier of the consumer warps (0 is __syncthreads)
 
@@ -745,9 +748,10 @@ __global__ void __launch_bounds__(kTmaThreads) decode_tma_kernel(const __grid_co
 template <int R>
 using RowsTag = std::integral_constant<int, R>;
 
-// Calls f(kernel, dynamic shared bytes, threads) for the variant, dtype and rows per block.
+// Calls f(kernel, dynamic shared bytes, threads) for the variant, dtype, rows per block and (tma)
+// pipeline stages.
 template <class F>
-void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, F&& f) {
+void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int tma_stages, F&& f) {
   dispatch_half_dtype(dtype, [&](auto type) {
     using T = typename decltype(type)::type;
     if (variant == DecodeVariant::mma)
@@ -757,10 +761,10 @@ void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, F&&
                SmemLayout<kMmaRows, false, kStagesV2, kMaxSplitPagesV2>::bytes, kThreads);
     if (variant == DecodeVariant::mma_v2_2stage)
       return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes, kThreads);
+    if (variant == DecodeVariant::tma && tma_stages == kStagesTmaDeep)
+      return f(decode_tma_kernel<T, kStagesTmaDeep>, TmaLayout<kStagesTmaDeep>::bytes, kTmaThreads);
     if (variant == DecodeVariant::tma)
       return f(decode_tma_kernel<T, kStagesTma>, TmaLayout<kStagesTma>::bytes, kTmaThreads);
-    if (variant == DecodeVariant::tma_deep)
-      return f(decode_tma_kernel<T, kStagesTmaDeep>, TmaLayout<kStagesTmaDeep>::bytes, kTmaThreads);
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
       f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes, kThreads);
@@ -793,9 +797,9 @@ std::string DecodePlan::describe() const {
                      : variant == DecodeVariant::mma_v2        ? "mma_v2"
                      : variant == DecodeVariant::mma_v2_2stage ? "mma_v2_2stage"
                      : variant == DecodeVariant::tma           ? "tma"
-                     : variant == DecodeVariant::tma_deep      ? "tma_deep"
                                                                : "simt";
-  return std::string(name) + " rows_per_block=" +
+  return std::string(name) + (variant == DecodeVariant::tma ? " stages=" + std::to_string(tma_stages) : "") +
+         " rows_per_block=" +
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
          " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
          " blocks_per_sm=" + std::to_string(blocks_per_sm);
@@ -818,7 +822,7 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   DecodePlan plan;
   plan.variant = variant;
   const int rows = rows_total(kv, shape);
-  const bool tma = variant == DecodeVariant::tma || variant == DecodeVariant::tma_deep;
+  const bool tma = variant == DecodeVariant::tma;
   // v2 and later: whole-wave splits, page ids for kMaxSplitPagesV2 pages, the parallel combine.
   const bool v2 = variant == DecodeVariant::mma_v2 || variant == DecodeVariant::mma_v2_2stage || tma;
   if (variant != DecodeVariant::simt) {
@@ -828,20 +832,30 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     while (plan.rows_per_block < rows && plan.rows_per_block < kMaxRowsPerBlock) plan.rows_per_block *= 2;
   }
   plan.row_blocks = ceil_div(rows, plan.rows_per_block);
-  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, [&](auto* kernel, size_t smem, int threads) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, threads, smem));
-  });
   int device = 0, sm_count = 0, cc_major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
   if (tma && cc_major < 9)
-    throw Unsupported("decode attention: the tma variants need TMA (sm_90 or later), this GPU is sm_" +
+    throw Unsupported("decode attention: the tma variant needs TMA (sm_90 or later), this GPU is sm_" +
                       std::to_string(cc_major) + "x");
+  const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
+  if (tma) {
+    // Measured on the H100 (kernels/attention/NOTES.md): 1 block per SM with 6 stages wins when
+    // the groups fit one wave of it and their lengths are about equal (it then needs half the
+    // splits); 2 blocks per SM win with many groups, several row blocks or ragged lengths.
+    const int64_t uniform_len = int64_t(kv.batch) * shape.max_len;
+    const bool near_uniform = shape.total_len <= 0 || shape.total_len * 10 >= uniform_len * 9;
+    plan.tma_stages = plan.row_blocks == 1 && groups <= sm_count && near_uniform ? kStagesTmaDeep : kStagesTma;
+  }
+  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
+                  [&](auto* kernel, size_t smem, int threads) {
+                    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                    CUDA_CHECK(
+                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, threads, smem));
+                  });
 
   // Splits: the fewest that fill the last wave of blocks to kMinWaveEfficiency, else the best fill.
-  const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
   const double slots = double(sm_count) * std::max(plan.blocks_per_sm, 1);
   const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
   // A split must span at most kMaxSplitPages pages whatever its alignment to them.
@@ -900,7 +914,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
                        plan.split_tokens,
                        page_shift(kv.page_size),
                        float(scale * 1.4426950408889634)};
-  if (plan.variant == DecodeVariant::tma || plan.variant == DecodeVariant::tma_deep) {
+  if (plan.variant == DecodeVariant::tma) {
     if (!kv.block_table || kv.num_pages < 1)
       throw std::invalid_argument("decode attention (tma): needs a paged cache with its num_pages");
     const uint64_t dims[4] = {uint64_t(kHeadDim), uint64_t(kv.page_size), uint64_t(kv.kv_heads),
@@ -913,7 +927,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
   }
   const dim3 grid(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads));
-  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block,
+  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
                   [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
   CUDA_CHECK_LAUNCH();
 }

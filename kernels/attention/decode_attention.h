@@ -19,6 +19,7 @@ struct DecodeShape {
   int heads = 0;    // query heads, a multiple of the cache's kv_heads
   int q_len = 1;    // new query tokens per sequence, the last q_len positions of its cache
   int max_len = 0;  // the longest sequence in the batch (the host knows it when it plans)
+  int64_t total_len = 0;  // the batch's tokens, summed (0: unknown, taken as batch · max_len)
 };
 
 // Why the kernel cannot run a shape, or "".
@@ -28,9 +29,9 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 // query rows as M, padded to 16).
 // mma_v2 adds a 3-stage pipeline with one sync per tile, a warp-parallel split combine and a planner
 // that aims for whole waves; mma_v2_2stage is the same with 2 stages (3 blocks per SM, not 2).
-// tma (sm_90+): the mma_v2 math fed by a producer warp through TMA and per-stage mbarriers, 3 stages
-// at 2 blocks per SM; tma_deep: 6 stages at 1 block per SM.
-enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma, tma_deep };
+// tma (sm_90+): the mma_v2 math fed by a producer warp through TMA and per-stage mbarriers; the
+// plan picks 3 stages at 2 blocks per SM or 6 at 1.
+enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma };
 
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
 // and occupancy; print it with describe().
@@ -41,6 +42,7 @@ struct DecodePlan {
   int splits = 0;           // blocks over one sequence's cache
   int split_tokens = 0;     // tokens per split, a multiple of the block's tile
   int blocks_per_sm = 0;
+  int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
   size_t workspace_bytes = 0;  // partial outputs and combine counters; 0 when splits == 1
   std::string describe() const;
 };

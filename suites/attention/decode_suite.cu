@@ -237,7 +237,11 @@ class DecodeProblem : public Problem {
     kv.num_pages = num_pages;
     return kv;
   }
-  kernels::DecodeShape decode_shape() const { return {shape.heads, shape.q_len, shape.context}; }
+  kernels::DecodeShape decode_shape() const {
+    int64_t total = 0;
+    for (int len : lens) total += len;
+    return {shape.heads, shape.q_len, shape.context, total};
+  }
 
   DecodeCase shape;
   std::vector<int> lens;
@@ -423,10 +427,8 @@ void register_attention_decode(Registry& registry) {
                                "ours_v2_2stage with 3 pipeline stages (2 tiles in flight during compute, 2 blocks per "
                                "SM)"));
   op.impls.push_back(ours_impl("ours_v3", kernels::DecodeVariant::tma,
-                               "ours_v2's math fed by a producer warp: TMA page loads into 3 mbarrier stages that "
-                               "each warp releases on its own, 2 blocks per SM"));
-  op.impls.push_back(ours_impl("ours_v3_deep", kernels::DecodeVariant::tma_deep,
-                               "ours_v3 with 6 stages at 1 block per SM"));
+                               "ours_v2's math fed by a producer warp: TMA page loads into mbarrier stages that each "
+                               "warp releases on its own; 6 stages at 1 block per SM or 3 at 2, by the plan"));
   registry.add(std::move(op));
 }
 
