@@ -45,7 +45,6 @@ constexpr double kMinWaveEfficiency = 0.8;       // busy fraction of the last wa
 // that asks for near-whole waves (page ids for up to 1040 pages, so 16k tokens fit one split at page 16).
 constexpr int kStagesV2 = 3;
 constexpr int kMaxSplitPagesV2 = 1040;
-constexpr int kMaxSplitsV2 = 512;                // the combine keeps (16 rows, splits) weights in the K stages
 constexpr double kMinWaveEfficiencyV2 = 0.95;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
@@ -86,7 +85,6 @@ struct SmemLayout {
   static constexpr size_t alpha = p + size_t(kWarps) * kTokensPerWarp * ROWS * 4;  // (kWarps, ROWS)
   static constexpr size_t bytes = kSimt ? alpha + size_t(kWarps) * ROWS * 4 : q;
   static_assert(size_t(kWarps) * ROWS * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
-  static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the v2 combine's weights reuse the K stages");
 };
 
 // Element offset of chunk `chunk` of tile row `token` (swizzled, see mma_sm80.cuh).
@@ -288,50 +286,58 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
   }
 }
 
-// v2: the same combine, parallel. A warp per row reads the row's split log-sum-exps (a lane per
-// split), reduces max and sum by shuffles and leaves normalized weights in shared memory; then 32
-// threads per row (4 dims each, float4) sum the splits' partial outputs with independent loads.
+// v2: the same combine, parallel and in one pass: 16 threads per row (8 dims each) walk the splits
+// 8 at a time, loading their log-sum-exps and partial outputs together (one L2 round trip per 8
+// splits instead of a pass for the weights and another for the outputs), and merge them online.
 template <class T>
-__device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place, float* sW) {
+__device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place) {
   if (!is_last_split(p, place)) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  constexpr int kThreadsPerRow = 16, kDims = kHeadDim / kThreadsPerRow, kBatch = 8;
+  const int rows_per_pass = blockDim.x / kThreadsPerRow, sub = threadIdx.x % kThreadsPerRow;
   const int splits = p.splits;
-  for (int r = warp; r < place.rows; r += warps) {  // sW: (rows, splits)
-    const float* lse = p.partial_lse + (place.first_row + r) * splits;
-    float m = -INFINITY;
-    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(lse + s));
-    const float base = exp_base(lanes_max<32>(m));
-    float sum = 0.f;
-    for (int s = lane; s < splits; s += 32) {
-      const float w = exp2f(__ldcg(lse + s) - base);  // 0 for a split that saw no key
-      sW[r * splits + s] = w;
-      sum += w;
-    }
-    sum = lanes_sum<32>(sum);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    __syncwarp();
-    for (int s = lane; s < splits; s += 32) sW[r * splits + s] *= inv;
-  }
-  __syncthreads();
-  for (int r = warp; r < place.rows; r += warps) {
+  for (int r = threadIdx.x / kThreadsPerRow; r < place.rows; r += rows_per_pass) {
     const int64_t row = place.first_row + r;
-    const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * splits * kHeadDim) + lane;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) {
-      const float w = sW[r * splits + s];
-      const float4 v = __ldcg(po + s * (kHeadDim / 4));
-      // A split with weight 0 may hold no partial output at all: select, never multiply by it.
-      acc.x += w != 0.f ? w * v.x : 0.f;
-      acc.y += w != 0.f ? w * v.y : 0.f;
-      acc.z += w != 0.f ? w * v.z : 0.f;
-      acc.w += w != 0.f ? w * v.w : 0.f;
+    const float* lse = p.partial_lse + row * splits;
+    const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * splits * kHeadDim) + sub * (kDims / 4);
+    float m_run = -INFINITY, sum = 0.f, acc[kDims] = {};
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      float l[kBatch];
+      float4 v[kBatch][kDims / 4];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const bool in = s0 + i < splits;
+        l[i] = in ? __ldcg(lse + s0 + i) : -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kDims / 4; ++j)
+          v[i][j] = in ? __ldcg(po + (s0 + i) * (kHeadDim / 4) + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      float m_new = m_run;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) m_new = fmaxf(m_new, l[i]);
+      const float base = exp_base(m_new), alpha = exp2f(m_run - base);
+      sum *= alpha;
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) acc[d] *= alpha;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        // A split that saw no key (-inf) may hold no partial output at all: skip it, never weight it by 0.
+        if (l[i] == -INFINITY) continue;
+        const float w = exp2f(l[i] - base);
+        sum += w;
+#pragma unroll
+        for (int j = 0; j < kDims / 4; ++j) {
+          acc[4 * j] += w * v[i][j].x;
+          acc[4 * j + 1] += w * v[i][j].y;
+          acc[4 * j + 2] += w * v[i][j].z;
+          acc[4 * j + 3] += w * v[i][j].w;
+        }
+      }
+      m_run = m_new;
     }
-    T* out = static_cast<T*>(p.o) + row * kHeadDim + 4 * lane;
-    out[0] = from_f32<T>(acc.x);
-    out[1] = from_f32<T>(acc.y);
-    out[2] = from_f32<T>(acc.z);
-    out[3] = from_f32<T>(acc.w);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* out = static_cast<T*>(p.o) + row * kHeadDim + sub * kDims;
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) out[d] = from_f32<T>(acc[d] * inv);
   }
 }
 
@@ -578,6 +584,7 @@ struct MmaWarp {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
+      if (r >= place.rows) continue;  // padding rows (MHA has 1 real row, GQA decode 8): never read
       float m = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * kMmaRows + r]);
@@ -619,7 +626,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_const
   }
   if (p.splits > 1) {
     if constexpr (kV2)
-      combine_if_last_split_v2<T>(p, place, reinterpret_cast<float*>(smem + Layout::k));
+      combine_if_last_split_v2<T>(p, place);
     else
       combine_if_last_split<T>(p, place);
   }
@@ -643,7 +650,6 @@ struct TmaLayout {
   static constexpr uint32_t pages = l + kWarps * kMmaRows * 4;  // (kMaxSplitPagesV2)
   static constexpr size_t bytes = pages + kMaxSplitPagesV2 * 4 + 1024;  // + the alignment slack
   static_assert(size_t(kWarps) * kMmaRows * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
-  static_assert(size_t(kMaxRowsPerBlock) * kMaxSplitsV2 * 4 <= v, "the combine's weights reuse the K stages");
 };
 // Two depths, picked by the planner: 3 stages (102 KB, 2 blocks per SM: one block's prologue and
 // epilogue hide under the other's loads) or 6 (198 KB, 1 block per SM: the fewest splits when the
@@ -739,7 +745,7 @@ __global__ void __launch_bounds__(kTmaThreads) decode_tma_kernel(const __grid_co
   } else {
     write_empty_split(p, place);
   }
-  if (p.splits > 1) combine_if_last_split_v2<T>(p, place, reinterpret_cast<float*>(smem_ptr + Layout::k));
+  if (p.splits > 1) combine_if_last_split_v2<T>(p, place);
 #else
   __trap();  // built without sm_90 code: TMA is not there
 #endif
@@ -866,7 +872,6 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     const int split_tiles = ceil_div(tiles, want);
     if (split_tiles > max_split_tiles) continue;
     const int splits = ceil_div(tiles, split_tiles);
-    if (v2 && splits > kMaxSplitsV2) break;
     const double waves = double(groups) * splits / slots;
     const double efficiency = waves / std::ceil(waves);
     if (efficiency > best_efficiency) {
