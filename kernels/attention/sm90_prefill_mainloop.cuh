@@ -245,11 +245,13 @@ __device__ __forceinline__ void softmax_block(float (&s)[kBlockN / 2], float (&m
   }
 }
 
-// Skipped when no row max of the warp moved (after the first blocks of a long row that is the usual
-// case): head_dim / 2 multiplies less per thread and block, which counts at the power cap.
+// O is rescaled only when some row max of the warp moved (after the first blocks of a long row that
+// is the usual case): head_dim / 2 multiplies less per thread and block, which counts at the power cap.
+__device__ __forceinline__ bool o_needs_rescale(const float (&alpha)[2]) {
+  return __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f);
+}
 template <int kHeadDim>
-__device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 2], const float (&alpha)[2]) {
-  if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
+__device__ __forceinline__ void scale_o(float (&o)[kHeadDim / 2], const float (&alpha)[2]) {
 #pragma unroll
   for (int c = 0; c < kHeadDim / 8; ++c)
 #pragma unroll
@@ -357,11 +359,19 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
       fence_regs(s);  // the exponentials go here, under the P·V still in flight, not after the wait
       fence_regs(l);
-      wgmma_wait<0>();
+      // ptxas moves a wgmma wait up to the top of its basic block, which here would put it before
+      // the softmax (measured: every softmax ran after its P·V). Each branch of the rescale decision
+      // waits on its own, so the wait stays behind the vote, after the exponentials.
+      if (o_needs_rescale(alpha)) {
+        wgmma_wait<0>();
+        fence_regs(o);
+        scale_o<C::kHeadDim>(o, alpha);
+      } else {
+        wgmma_wait<0>();
+      }
       fence_regs(o);
       fence_regs(pf);
       release(bars.v_empty(v_pos.stage), lane);
-      rescale_o<C::kHeadDim>(o, alpha);
       pack_p<C::kBlockN, C::kF16>(s, pf);
       v_pos = pos;
       pos.advance();
@@ -374,7 +384,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
   } else {
     for (int n = range.n_end - 1; n >= 0; --n) {
       scores_alone(n);
-      rescale_o<C::kHeadDim>(o, alpha);
+      if (o_needs_rescale(alpha)) scale_o<C::kHeadDim>(o, alpha);
       pack_p<C::kBlockN, C::kF16>(s, pf);
       mbar_wait(bars.v_full(pos.stage), pos.phase);
       issue_pv<C>(o, pf, desc_advance(v_desc0, pos.stage * C::kKVBytes));
