@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 
 namespace topt::kernels {
 
@@ -13,7 +14,7 @@ bool valid_page_size(int page_size) {
 }
 
 KvCacheManager::KvCacheManager(int num_pages, int page_size, uint64_t shuffle_seed)
-    : num_pages_(num_pages), page_size_(page_size) {
+    : num_pages_(num_pages), page_size_(page_size), holders_(size_t(std::max(num_pages, 0)), 0) {
   if (!valid_page_size(page_size))
     throw std::invalid_argument("page_size " + std::to_string(page_size) + ": expected 16, 32, 64, 128 or 256");
   if (num_pages < 0) throw std::invalid_argument("num_pages must be >= 0");
@@ -33,30 +34,54 @@ void KvCacheManager::require_live(int seq) const {
     throw std::out_of_range("KV cache: no live sequence " + std::to_string(seq));
 }
 
+int KvCacheManager::fork(int parent) {
+  require_live(parent);
+  Sequence child = seqs_[size_t(parent)];
+  for (int32_t page : child.pages) ++holders_[size_t(page)];
+  seqs_.push_back(std::move(child));
+  return int(seqs_.size()) - 1;
+}
+
+int32_t KvCacheManager::take_free_page() {
+  const int32_t page = free_.back();
+  free_.pop_back();
+  holders_[size_t(page)] = 1;
+  return page;
+}
+
 void KvCacheManager::append(int seq, int64_t tokens) {
   if (tokens < 0) throw std::invalid_argument("KV cache: cannot append a negative token count");
   require_live(seq);
   Sequence& s = seqs_[size_t(seq)];
-  const int64_t needed = pages_for(s.length + tokens, page_size_) - int64_t(s.pages.size());
+  const int filled = int(s.length % page_size_);  // tokens in a partly filled last page
+  const bool copy_last = tokens > 0 && filled > 0 && holders_[size_t(s.pages.back())] > 1;
+  const int64_t needed = pages_for(s.length + tokens, page_size_) - int64_t(s.pages.size()) + (copy_last ? 1 : 0);
   if (needed > int64_t(free_.size()))
     throw OutOfPages("KV cache out of pages: sequence " + std::to_string(seq) + " needs " + std::to_string(needed) +
-                     " more page(s) of " + std::to_string(page_size_) + " tokens, " + std::to_string(free_.size()) +
+                     " more page(s) of " + std::to_string(page_size_) + " tokens" +
+                     (copy_last ? " (one to copy its shared last page)" : "") + ", " + std::to_string(free_.size()) +
                      " of " + std::to_string(num_pages_) + " free");
-  for (int64_t i = 0; i < needed; ++i) {
-    s.pages.push_back(free_.back());
-    free_.pop_back();
+  if (copy_last) {
+    const int32_t shared = s.pages.back();
+    --holders_[size_t(shared)];
+    s.pages.back() = take_free_page();
+    copies_.push_back({shared, s.pages.back(), filled});
   }
+  while (int64_t(s.pages.size()) < pages_for(s.length + tokens, page_size_)) s.pages.push_back(take_free_page());
   s.length += tokens;
 }
 
 void KvCacheManager::release(int seq) {
   require_live(seq);
   Sequence& s = seqs_[size_t(seq)];
-  free_.insert(free_.end(), s.pages.rbegin(), s.pages.rend());
+  for (auto page = s.pages.rbegin(); page != s.pages.rend(); ++page)
+    if (--holders_[size_t(*page)] == 0) free_.push_back(*page);
   s.pages.clear();
   s.length = 0;
   s.live = false;
 }
+
+std::vector<PageCopy> KvCacheManager::take_copies() { return std::exchange(copies_, {}); }
 
 int64_t KvCacheManager::length(int seq) const {
   require_live(seq);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "harness/dtype.h"
+#include "kernels/attention/kv_cache.h"
 
 namespace topt::kernels {
 
@@ -39,6 +40,10 @@ void append_kv(const PagedKv& kv, const void* k_new, const void* v_new, const in
 // The inverse: copies those positions out of the cache into packed rows k_out, v_out.
 void read_back_kv(const PagedKv& kv, void* k_out, void* v_out, const int32_t* new_offsets, int64_t total_new,
                   cudaStream_t stream);
+
+// Makes the copies copy-on-write asked for (KvCacheManager::take_copies; `copies` is that list on the
+// device, `count` long), in the pool of `kv`, all at once. Enqueue it before the round's append_kv.
+void copy_kv_pages(const PagedKv& kv, const PageCopy* copies, int count, cudaStream_t stream);
 
 // Copies each sequence's K and V out of its pages into k_out, v_out [batch, kv_heads, max_len,
 // head_dim]; rows at or past a sequence's length are left as they are.

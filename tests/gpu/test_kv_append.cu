@@ -118,6 +118,78 @@ TEST_F(GpuTest, RaggedAppendThenGatherRoundTrips) {
   }
 }
 
+// Prefix sharing: a child forked from a 40-token parent shares its pages; then the parent takes 3
+// tokens (its shared, partly filled last page is copied first) and the child 5 (into the page now
+// its own). Each holds the common prefix and its own tokens, bit for bit.
+TEST_F(GpuTest, CopyOnWriteKeepsTheSharedPrefixAndSeparatesTheWrites) {
+  const int kv_heads = 2, head_dim = 128, page = 16, max_pages = 4, max_len = max_pages * page;
+  const DType dt = DType::bf16;
+  kernels::KvCacheManager cache(8, page, 5);
+  const int parent = cache.add_sequence();
+  OwnedTensor k_pages(dt, {cache.num_pages(), kv_heads, page, head_dim}, "K pages");
+  OwnedTensor v_pages(dt, {cache.num_pages(), kv_heads, page, head_dim}, "V pages");
+  poison_nan(*k_pages, stream);
+  poison_nan(*v_pages, stream);
+  DeviceBuffer table(2 * max_pages * sizeof(int32_t)), lens(2 * sizeof(int32_t));
+  const size_t row = size_t(kv_heads) * head_dim;
+  std::vector<std::vector<double>> k_held(2), v_held(2);  // (position, head, dim) per sequence
+
+  // Appends counts[i] tokens to seqs[i] in one round: the manager first, then its copies, then the rows.
+  auto append_round = [&](const std::vector<int>& seqs, const std::vector<int>& counts, uint64_t seed) {
+    for (size_t i = 0; i < seqs.size(); ++i) cache.append(seqs[i], counts[i]);
+    const auto copies = cache.take_copies();
+    const auto t = cache.block_table(seqs, max_pages);
+    std::vector<int32_t> l;
+    for (int s : seqs) l.push_back(int32_t(cache.length(s)));
+    CUDA_CHECK(cudaMemcpy(table.get(), t.data(), t.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(lens.get(), l.data(), l.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    kernels::PagedKv kv{k_pages->data, v_pages->data, table.as<int32_t>(), lens.as<int32_t>(), int(seqs.size()),
+                        kv_heads, head_dim, page, max_pages, dt};
+    DeviceBuffer d_copies = to_device(copies);
+    kernels::copy_kv_pages(kv, d_copies.as<kernels::PageCopy>(), int(copies.size()), stream);
+    const auto offsets = offsets_of(counts);
+    DeviceBuffer d_offsets = to_device(offsets);
+    OwnedTensor k_new(dt, {offsets.back(), kv_heads, head_dim}), v_new(dt, {offsets.back(), kv_heads, head_dim});
+    fill_uniform(*k_new, seed, -1.f, 1.f, stream);
+    fill_uniform(*v_new, seed + 1, -1.f, 1.f, stream);
+    kernels::append_kv(kv, k_new->data, v_new->data, d_offsets.as<int32_t>(), offsets.back(), stream);
+    const auto kh = to_host_f64(*k_new, stream), vh = to_host_f64(*v_new, stream);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto first = ptrdiff_t(size_t(offsets[i]) * row), last = ptrdiff_t(size_t(offsets[i + 1]) * row);
+      k_held[i].insert(k_held[i].end(), kh.begin() + first, kh.begin() + last);
+      v_held[i].insert(v_held[i].end(), vh.begin() + first, vh.begin() + last);
+    }
+    return copies.size();
+  };
+
+  EXPECT_EQ(append_round({parent}, {40}, 1), 0u);
+  const int child = cache.fork(parent);
+  k_held[1] = k_held[0];
+  v_held[1] = v_held[0];
+  EXPECT_EQ(append_round({parent, child}, {3, 5}, 3), 1u);
+  EXPECT_NE(cache.pages(parent).back(), cache.pages(child).back());
+  EXPECT_EQ(cache.pages(parent)[0], cache.pages(child)[0]);
+
+  kernels::PagedKv kv{k_pages->data, v_pages->data, table.as<int32_t>(), lens.as<int32_t>(), 2,
+                      kv_heads, head_dim, page, max_pages, dt};
+  OwnedTensor k_out(dt, {2, kv_heads, max_len, head_dim}), v_out(dt, {2, kv_heads, max_len, head_dim});
+  kernels::gather_kv(kv, k_out->data, v_out->data, max_len, stream);
+  const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
+  int64_t wrong = 0;
+  for (int b = 0; b < 2; ++b) {
+    const int len = int(cache.length(b == 0 ? parent : child));
+    ASSERT_EQ(k_held[size_t(b)].size(), size_t(len) * row);
+    for (int h = 0; h < kv_heads; ++h)
+      for (int pos = 0; pos < len; ++pos)
+        for (int d = 0; d < head_dim; ++d) {
+          const size_t src = size_t(pos) * row + size_t(h) * head_dim + size_t(d);
+          const size_t dst = ((size_t(b) * kv_heads + h) * max_len + pos) * head_dim + size_t(d);
+          wrong += kg[dst] != k_held[size_t(b)][src] || vg[dst] != v_held[size_t(b)][src];
+        }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 // The contiguous view: sequence b's rows at [b, head, pos], the layout gather_kv writes.
 TEST_F(GpuTest, RaggedAppendIntoAContiguousCache) {
   const int kv_heads = 8, head_dim = 128, max_len = 40;

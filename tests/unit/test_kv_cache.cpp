@@ -1,4 +1,5 @@
-// The KV cache manager's host bookkeeping: the free list, block tables, running out of pages.
+// The KV cache manager's host bookkeeping: the free list, block tables, running out of pages, prefix
+// sharing and copy-on-write.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,6 +89,90 @@ TEST(KvCacheManager, ShuffledFreeListIsAPermutation) {
   std::iota(all.begin(), all.end(), 0);
   EXPECT_EQ(sorted, all);
   EXPECT_NE(pages, all);
+}
+
+// Prefix sharing: a fork holds its parent's pages; nothing is copied until a write needs it.
+TEST(KvCacheManager, ForkSharesEveryPageAndCopiesNothing) {
+  KvCacheManager cache(8, 16);
+  const int parent = cache.add_sequence();
+  cache.append(parent, 40);  // 3 pages, the last holding 8 tokens
+  const int child = cache.fork(parent);
+  EXPECT_EQ(cache.pages(child), cache.pages(parent));
+  EXPECT_EQ(cache.length(child), 40);
+  EXPECT_EQ(cache.free_pages(), 5);
+  for (int32_t page : cache.pages(parent)) EXPECT_EQ(cache.sequences_holding(page), 2);
+  EXPECT_TRUE(cache.take_copies().empty());
+  cache.append(child, 0);  // no tokens: nothing to copy
+  EXPECT_TRUE(cache.take_copies().empty());
+}
+
+TEST(KvCacheManager, WritingIntoASharedPartlyFilledPageCopiesItFirst) {
+  KvCacheManager cache(8, 16);
+  const int parent = cache.add_sequence();
+  cache.append(parent, 40);
+  const auto shared = cache.pages(parent);
+  const int child = cache.fork(parent);
+  cache.append(child, 1);
+  const auto& mine = cache.pages(child);
+  ASSERT_EQ(mine.size(), 3u);
+  EXPECT_EQ(mine[0], shared[0]);
+  EXPECT_EQ(mine[1], shared[1]);
+  EXPECT_NE(mine[2], shared[2]);
+  EXPECT_EQ(cache.pages(parent), shared);
+  const auto copies = cache.take_copies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, shared[2]);
+  EXPECT_EQ(copies[0].dst, mine[2]);
+  EXPECT_EQ(copies[0].tokens, 8);
+  EXPECT_TRUE(cache.take_copies().empty());
+  EXPECT_EQ(cache.sequences_holding(shared[2]), 1);
+  EXPECT_EQ(cache.sequences_holding(shared[0]), 2);
+  cache.append(parent, 1);  // the parent's last page is its own again: written in place
+  EXPECT_EQ(cache.pages(parent), shared);
+  EXPECT_TRUE(cache.take_copies().empty());
+}
+
+TEST(KvCacheManager, AfterASharedFullPageANewPageNeedsNoCopy) {
+  KvCacheManager cache(8, 16);
+  const int parent = cache.add_sequence();
+  cache.append(parent, 32);
+  const int child = cache.fork(parent);
+  cache.append(child, 5);
+  EXPECT_EQ(cache.pages(child).size(), 3u);
+  EXPECT_TRUE(cache.take_copies().empty());
+  EXPECT_EQ(cache.free_pages(), 5);
+}
+
+TEST(KvCacheManager, SharedPagesGoBackWithTheirLastHolder) {
+  KvCacheManager cache(8, 16);
+  const int parent = cache.add_sequence();
+  cache.append(parent, 40);
+  const int child = cache.fork(parent);
+  cache.append(child, 30);  // a copy of the shared last page, then 2 more pages
+  EXPECT_EQ(cache.free_pages(), 2);
+  cache.release(parent);  // its first 2 pages are the child's too; its last is its own
+  EXPECT_EQ(cache.free_pages(), 3);
+  EXPECT_EQ(cache.length(child), 70);
+  cache.release(child);
+  EXPECT_EQ(cache.free_pages(), 8);
+}
+
+TEST(KvCacheManager, ACopyThatDoesNotFitThrowsAndChangesNothing) {
+  KvCacheManager cache(3, 16);
+  const int parent = cache.add_sequence();
+  cache.append(parent, 40);  // every page taken
+  const int child = cache.fork(parent);
+  const auto before = cache.pages(child);
+  try {
+    cache.append(child, 1);  // its last page is shared and partly filled: needs a page to copy into
+    FAIL() << "expected OutOfPages";
+  } catch (const OutOfPages& e) {
+    EXPECT_NE(std::string(e.what()).find("shared last page"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.pages(child), before);
+  EXPECT_EQ(cache.length(child), 40);
+  EXPECT_EQ(cache.sequences_holding(before[2]), 2);
+  EXPECT_TRUE(cache.take_copies().empty());
 }
 
 TEST(KvCacheManager, RejectsOtherPageSizes) {
