@@ -33,7 +33,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
                                        const volatile TileHandoff* handoff) {
   const int tid = threadIdx.x - 128 * (cw + 1), warp = tid / 32, lane = tid % 32;
   const Bars<C> bars{smem + C::kOffBar};
-  RingPos<C::kStages> pos;
+  KVPos<C::kStages> pos;
   // Turns alternate on named barriers kBarSchedule + cw; the second warpgroup hands the first its
   // first turn here and the first takes the second's last, unmatched hand-over at the end.
   if constexpr (C::kPingPong)
@@ -154,10 +154,11 @@ void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t
   CUDA_CHECK(cudaGetLastError());
 }
 
-// Every rung: 128×128 tiles, 2 stages, the fastest measured on H100 bf16 d = 128 (key blocks of
-// 160 or 176 and 3 stages were slower; beside the separate O buffer, a 3-deep K ring, a second Q
-// buffer loaded a tile ahead, and a tile's last P·V carried into the next tile's first turn were no
-// faster). The top rung (`hopper`) turns every refinement on.
+// Every rung: 128×128 tiles, 2 stages plus a slot for each tile's first K block, the fastest
+// measured on H100 bf16 d = 128 (key blocks of 160 or 176 and 3 stages were slower; beside the
+// separate O buffer, a 3-deep K ring, a second Q buffer loaded a tile ahead, and a tile's last P·V
+// carried into the next tile's first turn were no faster). The top rung (`hopper`) turns every
+// refinement on.
 template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO>
 using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO>;
 

@@ -3,8 +3,9 @@
 // A CTA takes 128-row query tiles of one (sequence, head) at a time and walks each tile's key blocks
 // from the last to the first (so the masked blocks, at the causal diagonal and the sequence end,
 // come first).
-// Warpgroup 0 is the producer: one thread streams K and V blocks into a kStages-deep ring through
-// TMA, each stage guarded by full (TMA bytes landed) and empty (both consumers done) mbarriers.
+// Warpgroup 0 is the producer: one thread streams K and V blocks into kStages-deep rings through
+// TMA, each stage guarded by full (TMA bytes landed) and empty (both consumers done) mbarriers; a
+// tile's first K block has a slot of its own, so it loads while the previous tile is still running.
 // Warpgroups 1 and 2 each own 64 query rows: S = Q·Kᵀ by wgmma from shared memory, the online
 // softmax in fp32 registers, then O += P·V with P straight from the accumulator registers.
 #pragma once
@@ -43,15 +44,16 @@ struct PrefillConfig {
   static constexpr uint32_t kKVHalfBytes = kBlockN * 128;  // (kBlockN, 64)
   static constexpr uint32_t kQBytes = kHalves * kQHalfBytes;
   static constexpr uint32_t kKVBytes = kHalves * kKVHalfBytes;
-  // Shared memory, from a 1024-byte-aligned base: Q, K ring, V ring, [output staging], barriers,
-  // the TileHandoff that travels with each Q.
+  // Shared memory, from a 1024-byte-aligned base: Q, K ring and after it the first-block K slot
+  // (K stage kStages), V ring, [output staging], barriers, the TileHandoff that travels with each Q.
   static constexpr uint32_t kOffQ = 0;
   static constexpr uint32_t kOffK = kOffQ + kQBytes;
-  static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
+  static constexpr uint32_t kOffV = kOffK + (kStages + 1) * kKVBytes;
   static constexpr uint32_t kOffO = kSeparateO ? kOffV + kStages * kKVBytes : kOffQ;  // (kBlockM, d), Q's layout
   static constexpr uint32_t kOffBar = kOffV + kStages * kKVBytes + (kSeparateO ? kQBytes : 0);
-  // Barriers: q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty.
-  static constexpr int kNumBars = 2 + 4 * kStages;
+  // Barriers: q_full, q_empty, k_full and k_empty per K stage (first-block slot last), v_full and
+  // v_empty per V stage.
+  static constexpr int kNumBars = 2 + 2 * (kStages + 1) + 2 * kStages;
   static constexpr uint32_t kOffTile = kOffBar + kNumBars * 8;  // a TileHandoff
   static constexpr uint32_t kSmemBytes = kOffTile + 32 + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
@@ -67,10 +69,10 @@ struct Bars {
   uint32_t base;
   __device__ __forceinline__ uint32_t q_full() const { return base; }
   __device__ __forceinline__ uint32_t q_empty() const { return base + 8; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 32 * s; }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return base + 24 + 32 * s; }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return base + 32 + 32 * s; }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return base + 40 + 32 * s; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return base + 16 + 8 * s; }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return k_full(C::kStages + 1 + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return k_full(2 * (C::kStages + 1) + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return v_full(C::kStages + s); }
 };
 
 // Position in the K/V ring: stage and the parity of its current fill.
@@ -86,13 +88,34 @@ struct RingPos {
   }
 };
 
+// Where the producer or a consumer is in the K and V buffers. A tile's first K block goes to a slot
+// of its own (K stage kStages), freed as soon as the tile's first S is done, so the next tile's
+// first K loads a tile ahead instead of behind this tile's last blocks in the ring: at a tile
+// boundary both consumers need it at once, and a new head's K comes from DRAM. The other K blocks
+// take the K ring, every V block the V ring.
+template <int kStages>
+struct KVPos {
+  RingPos<1> first;
+  RingPos<kStages> k, v;
+  __device__ __forceinline__ int k_stage(bool is_first) const { return is_first ? kStages : k.stage; }
+  __device__ __forceinline__ uint32_t k_phase(bool is_first) const { return is_first ? first.phase : k.phase; }
+  __device__ __forceinline__ void advance_k(bool is_first) {
+    if (is_first)
+      first.advance();
+    else
+      k.advance();
+  }
+};
+
 template <class C>
 __device__ __forceinline__ void init_barriers(const Bars<C>& b) {
   mbar_init(b.q_full(), 1);
   mbar_init(b.q_empty(), C::kConsumerWarps);
-  for (int s = 0; s < C::kStages; ++s) {
+  for (int s = 0; s <= C::kStages; ++s) {
     mbar_init(b.k_full(s), 1);
     mbar_init(b.k_empty(s), C::kConsumerWarps);
+  }
+  for (int s = 0; s < C::kStages; ++s) {
     mbar_init(b.v_full(s), 1);
     mbar_init(b.v_empty(s), C::kConsumerWarps);
   }
@@ -115,12 +138,13 @@ static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it
 // decoded, and its sequence bounds travel to the consumers in shared memory, published by the Q
 // barrier's arrival, and m_block -1 tells them to stop. The last CTA to finish resets the counters
 // for the next launch.
-// K of a tile's first block goes out before Q, so that it streams in while the previous tile still
-// holds Q's buffer.
+// The next tile is taken once this tile's second block is issued, and its first K goes out then
+// (into the first-block slot, once this tile's first S has freed it); its Q follows this tile's
+// last loads, when this tile's last S frees Q's buffer (or its epilogue, Q's staging).
 template <class C, bool kCausal>
 __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, volatile TileHandoff* handoff) {
   const Bars<C> bars{smem + C::kOffBar};
-  RingPos<C::kStages> pos;
+  KVPos<C::kStages> pos;
   int tiles = 0;
   auto next_tile = [&] { return int(gridDim.x) + atomicAdd(&p.tile_counter[0], 1); };
   // The bounds of the last sequence read: consecutive tiles often share it, and each global round
@@ -128,47 +152,71 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   int seq_batch = -1;
   PrefillSeq seq{};
   int t = blockIdx.x;
-  while (t < p.num_tiles) {
-    const PrefillTile tile = decode_tile<kCausal>(p, t);
-    if (tile.batch != seq_batch) {
-      seq = load_seq(p, tile.batch);
-      seq_batch = tile.batch;
+  // The next tile with query rows in it (m_block -1: none left), with its sequence's bounds.
+  auto next_job = [&] {
+    while (t < p.num_tiles) {
+      const PrefillTile tile = decode_tile<kCausal>(p, t);
+      if (tile.batch != seq_batch) {
+        seq = load_seq(p, tile.batch);
+        seq_batch = tile.batch;
+      }
+      t = next_tile();
+      if (tile.m_block * C::kBlockM < seq.len_q) return TileHandoff{tile, seq};
     }
-    t = next_tile();
-    if (tile.m_block * C::kBlockM >= seq.len_q) continue;
-    const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
-    const int kv_head = tile.head / p.group;
-    auto load_q = [&] {
-      mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
-      handoff->tile.m_block = tile.m_block;
-      handoff->tile.head = tile.head;
-      handoff->tile.batch = tile.batch;
-      handoff->seq.q_start = seq.q_start;
-      handoff->seq.len_q = seq.len_q;
-      handoff->seq.k_start = seq.k_start;
-      handoff->seq.len_k = seq.len_k;
-      mbar_arrive_expect_tx(bars.q_full(), C::kQBytes);
+    return TileHandoff{{-1, 0, 0}, seq};
+  };
+  // Key rows [row, row + kBlockN) of K or V (`map`) into the buffer at `dst`, once it is free.
+  auto load_block = [&](uint32_t empty, uint32_t full, uint32_t phase, uint32_t dst, const CUtensorMap* map,
+                        int kv_head, int row) {
+    mbar_wait(empty, phase ^ 1);
+    mbar_arrive_expect_tx(full, C::kKVBytes);
 #pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        tma_load_3d(smem + C::kOffQ + h * C::kQHalfBytes, &p.tma_q, bars.q_full(), h * 64, tile.head,
-                    seq.q_start + tile.m_block * C::kBlockM);
-    };
-    if (range.n_end == 0) load_q();  // no keys: the consumers still write O = 0 and lse = -inf
-    // Key rows [row, row + kBlockN) of K or V (`map`) into the ring stage at `ring`, once it is free.
-    auto load_kv = [&](uint32_t empty, uint32_t full, uint32_t ring, const CUtensorMap* map, int row) {
-      mbar_wait(empty, pos.phase ^ 1);
-      mbar_arrive_expect_tx(full, C::kKVBytes);
+    for (int h = 0; h < C::kHalves; ++h) tma_load_3d(dst + h * C::kKVHalfBytes, map, full, h * 64, kv_head, row);
+  };
+  auto load_k = [&](bool is_first, int kv_head, int row) {
+    const int ks = pos.k_stage(is_first);
+    load_block(bars.k_empty(ks), bars.k_full(ks), pos.k_phase(is_first), smem + C::kOffK + ks * C::kKVBytes,
+               &p.tma_k, kv_head, row);
+    pos.advance_k(is_first);
+  };
+  auto load_first_k = [&](const TileHandoff& j) {
+    if (j.tile.m_block < 0) return;
+    const KeyRange<C::kBlockN, kCausal> range(j.tile.m_block, j.seq);
+    if (range.n_end > 0) load_k(true, j.tile.head / p.group, j.seq.k_start + (range.n_end - 1) * C::kBlockN);
+  };
+  TileHandoff job = next_job();
+  load_first_k(job);
+  while (job.tile.m_block >= 0) {
+    const KeyRange<C::kBlockN, kCausal> range(job.tile.m_block, job.seq);
+    const int kv_head = job.tile.head / p.group;
+    mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
+    handoff->tile.m_block = job.tile.m_block;
+    handoff->tile.head = job.tile.head;
+    handoff->tile.batch = job.tile.batch;
+    handoff->seq.q_start = job.seq.q_start;
+    handoff->seq.len_q = job.seq.len_q;
+    handoff->seq.k_start = job.seq.k_start;
+    handoff->seq.len_k = job.seq.len_k;
+    mbar_arrive_expect_tx(bars.q_full(), C::kQBytes);
 #pragma unroll
-      for (int h = 0; h < C::kHalves; ++h)
-        tma_load_3d(smem + ring + pos.stage * C::kKVBytes + h * C::kKVHalfBytes, map, full, h * 64, kv_head, row);
+    for (int h = 0; h < C::kHalves; ++h)
+      tma_load_3d(smem + C::kOffQ + h * C::kQHalfBytes, &p.tma_q, bars.q_full(), h * 64, job.tile.head,
+                  job.seq.q_start + job.tile.m_block * C::kBlockM);
+    TileHandoff next;
+    auto take_next = [&] {
+      next = next_job();
+      load_first_k(next);
     };
+    if (range.n_end == 0) take_next();  // no keys (the consumers still write O = 0 and lse = -inf)
     for (int n = range.n_end - 1; n >= 0; --n) {
-      const int row = seq.k_start + n * C::kBlockN;
-      load_kv(bars.k_empty(pos.stage), bars.k_full(pos.stage), C::kOffK, &p.tma_k, row);
-      if (n == range.n_end - 1) load_q();
-      load_kv(bars.v_empty(pos.stage), bars.v_full(pos.stage), C::kOffV, &p.tma_v, row);
-      pos.advance();
+      const int row = job.seq.k_start + n * C::kBlockN;
+      if (n < range.n_end - 1) load_k(false, kv_head, row);
+      load_block(bars.v_empty(pos.v.stage), bars.v_full(pos.v.stage), pos.v.phase,
+                 smem + C::kOffV + pos.v.stage * C::kKVBytes, &p.tma_v, kv_head, row);
+      pos.v.advance();
+      if (n == max(range.n_end - 2, 0)) take_next();
     }
+    job = next;
     ++tiles;
   }
   mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
@@ -302,7 +350,7 @@ __device__ __forceinline__ void release(uint32_t bar, int lane) {
 template <class C, bool kCausal>
 __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t smem, int cw, int lane, int warp,
                                              int m_block, const PrefillSeq& seq,
-                                             const KeyRange<C::kBlockN, kCausal>& range, RingPos<C::kStages>& pos,
+                                             const KeyRange<C::kBlockN, kCausal>& range, KVPos<C::kStages>& pos,
                                              float (&o)[C::kHeadDim / 2], float (&m)[2], float (&l)[2]) {
   const Bars<C> bars{smem + C::kOffBar};
   const uint64_t q_desc = sw128_desc(smem + C::kOffQ + cw * 64 * 128, 0, 1024);
@@ -327,13 +375,16 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
   // S = Q·Kᵀ of key block n with no P·V in flight, masked where the block needs it, then the online
   // softmax; the K stage (and, at the last block, Q) is released as soon as S is in registers.
   auto scores_alone = [&](int n) {
-    mbar_wait(bars.k_full(pos.stage), pos.phase);
+    const bool is_first = n == range.n_end - 1;
+    const int ks = pos.k_stage(is_first);
+    mbar_wait(bars.k_full(ks), pos.k_phase(is_first));
     if constexpr (C::kPingPong) named_sync(my_turn, 256);
-    issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
+    issue_s<C>(s, q_desc, desc_advance(k_desc0, ks * C::kKVBytes));
     if constexpr (C::kPingPong) named_arrive(their_turn, 256);
     wgmma_wait<0>();
     fence_regs(s);
-    release(bars.k_empty(pos.stage), lane);
+    release(bars.k_empty(ks), lane);
+    pos.advance_k(is_first);
     if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
     if (n >= range.n_masked) mask(s, n);
     softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
@@ -342,18 +393,19 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     int n = range.n_end - 1;
     scores_alone(n);
     pack_p<C::kBlockN, C::kF16>(s, pf);
-    RingPos<C::kStages> v_pos = pos;
-    pos.advance();
+    RingPos<C::kStages> v_pos = pos.v;
+    pos.v.advance();
     for (--n; n >= 0; --n) {
-      mbar_wait(bars.k_full(pos.stage), pos.phase);
+      mbar_wait(bars.k_full(pos.k.stage), pos.k.phase);
       if constexpr (C::kPingPong) named_sync(my_turn, 256);
-      issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.stage * C::kKVBytes));
+      issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.k.stage * C::kKVBytes));
       mbar_wait(bars.v_full(v_pos.stage), v_pos.phase);
       issue_pv<C>(o, pf, desc_advance(v_desc0, v_pos.stage * C::kKVBytes));
       if constexpr (C::kPingPong) named_arrive(their_turn, 256);
       wgmma_wait<1>();  // S is done; P·V of the previous block may still run
       fence_regs(s);
-      release(bars.k_empty(pos.stage), lane);
+      release(bars.k_empty(pos.k.stage), lane);
+      pos.k.advance();
       if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
       if (n >= range.n_masked) mask(s, n);
       softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
@@ -373,8 +425,8 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       fence_regs(pf);
       release(bars.v_empty(v_pos.stage), lane);
       pack_p<C::kBlockN, C::kF16>(s, pf);
-      v_pos = pos;
-      pos.advance();
+      v_pos = pos.v;
+      pos.v.advance();
     }
     mbar_wait(bars.v_full(v_pos.stage), v_pos.phase);
     issue_pv<C>(o, pf, desc_advance(v_desc0, v_pos.stage * C::kKVBytes));
@@ -386,12 +438,12 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       scores_alone(n);
       if (o_needs_rescale(alpha)) scale_o<C::kHeadDim>(o, alpha);
       pack_p<C::kBlockN, C::kF16>(s, pf);
-      mbar_wait(bars.v_full(pos.stage), pos.phase);
-      issue_pv<C>(o, pf, desc_advance(v_desc0, pos.stage * C::kKVBytes));
+      mbar_wait(bars.v_full(pos.v.stage), pos.v.phase);
+      issue_pv<C>(o, pf, desc_advance(v_desc0, pos.v.stage * C::kKVBytes));
       wgmma_wait<0>();
       fence_regs(o);
-      release(bars.v_empty(pos.stage), lane);
-      pos.advance();
+      release(bars.v_empty(pos.v.stage), lane);
+      pos.v.advance();
     }
   }
 }
