@@ -129,6 +129,14 @@ struct BlockPlace {
   }
 };
 
+// The split's page ids into shared memory, read once (the page table, prefetched); thread `thread`
+// of `threads` takes every threads-th id.
+__device__ void load_page_ids(const DecodeParams& p, const BlockPlace& place, int* sPages, int thread, int threads) {
+  const int first = place.begin >> p.page_shift, count = ((place.end - 1) >> p.page_shift) - first + 1;
+  const int32_t* table = p.block_table + int64_t(place.b) * p.max_pages_per_seq + first;
+  for (int i = thread; i < count; i += threads) sPages[i] = table[i];
+}
+
 // Streams a split's K and V tiles into the shared-memory stages; the split's page ids are read once
 // (the page table, prefetched) and looked up from shared memory per token.
 template <class T, int S = kStages>
@@ -144,9 +152,7 @@ struct TileLoader {
                         size_t v_off, size_t pages_off)
       : p(p), place(place), sK(reinterpret_cast<T*>(smem + k_off)), sV(reinterpret_cast<T*>(smem + v_off)),
         sPages(reinterpret_cast<int*>(smem + pages_off)), first_page(place.begin / p.page_size) {
-    const int n_pages = (place.end - 1) / p.page_size - first_page + 1;
-    const int32_t* table = p.block_table + int64_t(place.b) * p.max_pages_per_seq + first_page;
-    for (int i = threadIdx.x; i < n_pages; i += kThreads) sPages[i] = table[i];
+    load_page_ids(p, place, sPages, threadIdx.x, kThreads);
     __syncthreads();
   }
 
@@ -678,9 +684,8 @@ __global__ void __launch_bounds__(kTmaThreads) decode_tma_kernel(const __grid_co
   if (place.begin < place.end) {
     const int first_page = place.begin >> p.page_shift, last_page = (place.end - 1) >> p.page_shift;
     const int n_tiles = (place.end - place.begin + kTile - 1) / kTile;
-    if (warp == kWarps) {  // the page table, prefetched: the split's page ids, read once
-      const int32_t* table = p.block_table + int64_t(place.b) * p.max_pages_per_seq + first_page;
-      for (int i = lane; i <= last_page - first_page; i += 32) sPages[i] = table[i];
+    if (warp == kWarps) {
+      load_page_ids(p, place, sPages, lane, 32);
       if (lane == 0) {
         for (int s = 0; s < S; ++s) {
           mbar_init(smem + Layout::full + 8 * s, 1);
