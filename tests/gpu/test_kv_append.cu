@@ -40,6 +40,31 @@ Case append_case(const char* mix, int64_t requests, int64_t max_len, int64_t kv_
   return make_case("kv_cache_append", p, dt);
 }
 
+// Gathers the first `lens[b]` tokens of each sequence in `kv` and counts the elements that differ from
+// what it was given: k_held[b], v_held[b] as (position, head, dim).
+int64_t gathered_mismatches(const kernels::PagedKv& kv, const std::vector<int>& lens,
+                            const std::vector<std::vector<double>>& k_held,
+                            const std::vector<std::vector<double>>& v_held, int max_len, cudaStream_t stream) {
+  OwnedTensor k_out(kv.dtype, {kv.batch, kv.kv_heads, max_len, kv.head_dim});
+  OwnedTensor v_out(kv.dtype, {kv.batch, kv.kv_heads, max_len, kv.head_dim});
+  kernels::gather_kv(kv, k_out->data, v_out->data, max_len, stream);
+  const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
+  const size_t row = size_t(kv.kv_heads) * kv.head_dim;
+  int64_t wrong = 0;
+  for (int b = 0; b < kv.batch; ++b) {
+    const int len = lens[size_t(b)];
+    if (k_held[size_t(b)].size() != size_t(len) * row) return -1;  // the test lost track of a sequence
+    for (int h = 0; h < kv.kv_heads; ++h)
+      for (int pos = 0; pos < len; ++pos)
+        for (int d = 0; d < kv.head_dim; ++d) {
+          const size_t src = size_t(pos) * row + size_t(h) * kv.head_dim + size_t(d);
+          const size_t dst = ((size_t(b) * kv.kv_heads + h) * max_len + pos) * kv.head_dim + size_t(d);
+          wrong += kg[dst] != k_held[size_t(b)][src] || vg[dst] != v_held[size_t(b)][src];
+        }
+  }
+  return wrong;
+}
+
 }  // namespace
 
 // A prompt of a different length per sequence, then decode steps in which some sequences take a
@@ -99,22 +124,9 @@ TEST_F(GpuTest, RaggedAppendThenGatherRoundTrips) {
     }
     EXPECT_EQ(read_back_wrong, 0) << dtype_name(dt);
 
-    OwnedTensor k_out(dt, {batch, kv_heads, max_len, head_dim}), v_out(dt, {batch, kv_heads, max_len, head_dim});
-    kernels::gather_kv(kv, k_out->data, v_out->data, max_len, stream);
-    const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
-    int64_t wrong = 0;
-    for (int b = 0; b < batch; ++b) {
-      const int len = int(cache.length(seqs[size_t(b)]));
-      ASSERT_EQ(k_held[size_t(b)].size(), size_t(len) * row);
-      for (int h = 0; h < kv_heads; ++h)
-        for (int pos = 0; pos < len; ++pos)
-          for (int d = 0; d < head_dim; ++d) {
-            const size_t src = size_t(pos) * row + size_t(h) * head_dim + size_t(d);
-            const size_t dst = ((size_t(b) * kv_heads + h) * max_len + pos) * head_dim + size_t(d);
-            wrong += kg[dst] != k_held[size_t(b)][src] || vg[dst] != v_held[size_t(b)][src];
-          }
-    }
-    EXPECT_EQ(wrong, 0) << dtype_name(dt);
+    std::vector<int> lengths;
+    for (int seq : seqs) lengths.push_back(int(cache.length(seq)));
+    EXPECT_EQ(gathered_mismatches(kv, lengths, k_held, v_held, max_len, stream), 0) << dtype_name(dt);
   }
 }
 
@@ -172,22 +184,8 @@ TEST_F(GpuTest, CopyOnWriteKeepsTheSharedPrefixAndSeparatesTheWrites) {
 
   kernels::PagedKv kv{k_pages->data, v_pages->data, table.as<int32_t>(), lens.as<int32_t>(), 2,
                       kv_heads, head_dim, page, max_pages, dt};
-  OwnedTensor k_out(dt, {2, kv_heads, max_len, head_dim}), v_out(dt, {2, kv_heads, max_len, head_dim});
-  kernels::gather_kv(kv, k_out->data, v_out->data, max_len, stream);
-  const auto kg = to_host_f64(*k_out, stream), vg = to_host_f64(*v_out, stream);
-  int64_t wrong = 0;
-  for (int b = 0; b < 2; ++b) {
-    const int len = int(cache.length(b == 0 ? parent : child));
-    ASSERT_EQ(k_held[size_t(b)].size(), size_t(len) * row);
-    for (int h = 0; h < kv_heads; ++h)
-      for (int pos = 0; pos < len; ++pos)
-        for (int d = 0; d < head_dim; ++d) {
-          const size_t src = size_t(pos) * row + size_t(h) * head_dim + size_t(d);
-          const size_t dst = ((size_t(b) * kv_heads + h) * max_len + pos) * head_dim + size_t(d);
-          wrong += kg[dst] != k_held[size_t(b)][src] || vg[dst] != v_held[size_t(b)][src];
-        }
-  }
-  EXPECT_EQ(wrong, 0);
+  const std::vector<int> lengths = {int(cache.length(parent)), int(cache.length(child))};
+  EXPECT_EQ(gathered_mismatches(kv, lengths, k_held, v_held, max_len, stream), 0);
 }
 
 // The contiguous view: sequence b's rows at [b, head, pos], the layout gather_kv writes.
