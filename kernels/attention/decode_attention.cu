@@ -45,6 +45,10 @@ constexpr double kMinWaveEfficiency = 0.8;       // busy fraction of the last wa
 // that asks for near-whole waves (page ids for up to 1040 pages, so 16k tokens fit one split at page 16).
 constexpr int kStagesV2 = 3;
 constexpr int kMaxSplitPagesV2 = 1040;
+// tma: page ids for 32k tokens at page 16 (+ 1 for a split that starts mid-page), so that such a
+// context needs one split and GQA batch 16 fits one wave of 1 block per SM (at 1040 it needed 2
+// splits and 2 waves: 723 µs against 707 at page 128, NOTES.md).
+constexpr int kMaxSplitPagesTma = 2049;
 constexpr double kMinWaveEfficiencyV2 = 0.95;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
@@ -653,12 +657,12 @@ struct TmaLayout {
   static constexpr uint32_t empty = full + S * 8;               // (S) mbarriers
   static constexpr uint32_t m = empty + S * 8;                  // (kWarps, kMmaRows)
   static constexpr uint32_t l = m + kWarps * kMmaRows * 4;      // (kWarps, kMmaRows)
-  static constexpr uint32_t pages = l + kWarps * kMmaRows * 4;  // (kMaxSplitPagesV2)
-  static constexpr size_t bytes = pages + kMaxSplitPagesV2 * 4 + 1024;  // + the alignment slack
+  static constexpr uint32_t pages = l + kWarps * kMmaRows * 4;  // (kMaxSplitPagesTma)
+  static constexpr size_t bytes = pages + kMaxSplitPagesTma * 4 + 1024;  // + the alignment slack
   static_assert(size_t(kWarps) * kMmaRows * kHeadDim * 4 <= v, "the warps' partial outputs reuse the K stages");
 };
-// Two depths, picked by the planner: 3 stages (102 KB, 2 blocks per SM: one block's prologue and
-// epilogue hide under the other's loads) or 6 (198 KB, 1 block per SM: the fewest splits when the
+// Two depths, picked by the planner: 3 stages (106 KB, 2 blocks per SM: one block's prologue and
+// epilogue hide under the other's loads) or 6 (202 KB, 1 block per SM: the fewest splits when the
 // groups fit one wave).
 constexpr int kStagesTma = 3;
 constexpr int kStagesTmaDeep = 6;
@@ -870,7 +874,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   const double slots = double(sm_count) * std::max(plan.blocks_per_sm, 1);
   const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
   // A split must span at most kMaxSplitPages pages whatever its alignment to them.
-  const int max_split_tiles = std::max(1, ((v2 ? kMaxSplitPagesV2 : kMaxSplitPages) - 1) * kv.page_size / kTile);
+  const int max_split_pages = tma ? kMaxSplitPagesTma : v2 ? kMaxSplitPagesV2 : kMaxSplitPages;
+  const int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
   const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
   double best_efficiency = -1;
   for (int want = 1; want <= tiles; ++want) {
