@@ -19,7 +19,8 @@ std::string prefill_unsupported(const PrefillArgs& a, PrefillVariant variant) {
     case PrefillVariant::fa2: return prefill_fa2_unsupported(a);
     case PrefillVariant::hopper_ws:
     case PrefillVariant::hopper_pingpong:
-    case PrefillVariant::hopper: return prefill_hopper_unsupported(a);
+    case PrefillVariant::hopper:
+    case PrefillVariant::hopper_cluster: return prefill_hopper_unsupported(a);
   }
   return "unknown variant";
 }

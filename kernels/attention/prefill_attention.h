@@ -41,7 +41,10 @@ struct PrefillArgs {
 //   the previous block's P·V.
 // - hopper: + a persistent grid handing out heavy causal tiles first, in one-wave groups of heads
 //   whose K/V share L2, and a separate output staging buffer (Q released early, O leaving by TMA).
-enum class PrefillVariant { fa2, hopper_ws, hopper_pingpong, hopper };
+// - hopper_cluster: + non-causal tiles run by CTA pairs (clusters) on adjacent query blocks of one
+//   head, each CTA fetching half of every K/V block and multicasting it to both, in a static tile
+//   order (no shared counter); causal runs hopper.
+enum class PrefillVariant { fa2, hopper_ws, hopper_pingpong, hopper, hopper_cluster };
 
 // Why `variant` cannot run these arguments on the current device, or "". Host-only and cheap: reads
 // the shape fields only, never the pointers.

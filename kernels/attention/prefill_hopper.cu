@@ -1,7 +1,8 @@
 // Prefill attention v2 for Hopper (sm_90a), FlashAttention-3 style: TMA loads into a multi-stage
 // mbarrier pipeline, a producer warpgroup and two consumer warpgroups (setmaxnreg moves registers
 // to the consumers), wgmma for both GEMMs with P kept in registers, ping-pong issue between the
-// consumers and S/P·V overlap inside each, a persistent grid that hands out heavy causal tiles first.
+// consumers and S/P·V overlap inside each, a persistent grid that hands out heavy causal tiles first;
+// optionally (non-causal) CTA pairs whose K/V blocks arrive by TMA multicast, fetched once per pair.
 //
 // Napkin math (H100 SXM, 132 SMs, dense bf16 wgmma 4096 FLOP/clk/SM: ~990 TFLOP/s at 1.83 GHz):
 // a 128-row query tile against a 128-key block is 2·2·128·128·128 = 8.4 MFLOP, 2048 tensor clocks
@@ -62,6 +63,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
 
 template <class C, bool kCausal>
 __global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(C::kCluster == 1 || !kCausal, "a cluster's tiles must visit the same key blocks: non-causal only");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
@@ -74,7 +76,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __
     tma_prefetch_descriptor(&p.tma_k);
     tma_prefetch_descriptor(&p.tma_v);
   }
-  __syncthreads();
+  // In a cluster, the peers' barriers must be initialized before this CTA's multicasts and releases.
+  if constexpr (C::kCluster > 1)
+    cluster_sync();
+  else
+    __syncthreads();
   volatile TileHandoff* handoff = reinterpret_cast<volatile TileHandoff*>(smem_ptr + C::kOffTile);
   if (threadIdx.x / 128 == 0) {
     regs_dealloc<C::kProducerRegs>();
@@ -83,6 +89,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __
     regs_alloc<C::kConsumerRegs>();
     consume<C, kCausal>(p, smem_ptr, smem, threadIdx.x / 128 - 1, handoff);
   }
+  if constexpr (C::kCluster > 1) cluster_sync();  // peers may still multicast into or release on this CTA
 #else
   // Built without sm_90a code (wgmma, setmaxnreg): fail loudly rather than return garbage.
   __trap();
@@ -115,8 +122,8 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
   PrefillParams p{};
   const bool f16 = a.dtype == DType::f16;
   p.tma_q = make_tensor_map(a.q, a.total_q, a.heads, C::kHeadDim, C::kBlockM, f16);
-  p.tma_k = make_tensor_map(a.k, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
-  p.tma_v = make_tensor_map(a.v, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockN, f16);
+  p.tma_k = make_tensor_map(a.k, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockNPerCta, f16);
+  p.tma_v = make_tensor_map(a.v, a.total_k, a.kv_heads, C::kHeadDim, C::kBlockNPerCta, f16);
   if constexpr (C::kSeparateO) p.tma_o = make_tensor_map(a.o, a.total_q, a.heads, C::kHeadDim, 64, f16);
   p.o = a.o;
   p.lse = a.lse;
@@ -125,13 +132,14 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
   p.heads = a.heads;
   p.group = a.heads / a.kv_heads;
   p.total_q = a.total_q;
-  p.num_m_blocks = (a.max_seq_q + C::kBlockM - 1) / C::kBlockM;
+  const int m_blocks = (a.max_seq_q + C::kBlockM - 1) / C::kBlockM;
+  p.num_m_blocks = (m_blocks + C::kCluster - 1) / C::kCluster;
   p.num_hb = a.batch * a.heads;
   // A section is about one wave of tiles, so that the CTAs running at once share the K and V of a
   // few heads and each K/V block comes from DRAM about once; and no more (batch, head) pairs than a
   // quarter of L2 holds K and V for (max_seq_k keys, shared by `group` query heads).
   const double kv_bytes_per_head = 2.0 * a.max_seq_k * C::kHeadDim * 2 / p.group;
-  const int by_wave = std::max(1, sms / p.num_m_blocks);
+  const int by_wave = std::max(1, sms / m_blocks);
   const int by_l2 = kv_bytes_per_head > 0 ? std::max(1, int(l2_bytes / 4 / kv_bytes_per_head)) : p.num_hb;
   p.section = std::min({by_wave, by_l2, p.num_hb});
   p.num_tiles = p.num_m_blocks * p.num_hb;
@@ -154,13 +162,42 @@ void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t
   CUDA_CHECK(cudaGetLastError());
 }
 
+// Persistent clusters: as many as fit at once (GPCs need not hold an even number of free SMs), each
+// walking its groups of tiles until none is left.
+template <class C>
+void launch_prefill_hopper_clusters(const PrefillParams& p, cudaStream_t stream) {
+  auto kernel = prefill_hopper_kernel<C, false>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = C::kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  // Asked once per kernel: it depends on the device and the kernel's resources only.
+  static const int max_clusters = [&] {
+    int n = 0;
+    config.gridDim = dim3(C::kCluster);
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
+    if (n < 1) throw std::runtime_error("prefill_hopper: no cluster of this kernel fits on the device");
+    return n;
+  }();
+  config.gridDim = dim3(C::kCluster * std::min(p.num_tiles, max_clusters));
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
 // Every rung: 128×128 tiles, 2 stages plus a slot for each tile's first K block, the fastest
 // measured on H100 bf16 d = 128 (key blocks of 160 or 176 and 3 stages were slower; beside the
 // separate O buffer, a 3-deep K ring, a second Q buffer loaded a tile ahead, and a tile's last P·V
-// carried into the next tile's first turn were no faster). The top rung (`hopper`) turns every
-// refinement on.
-template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO>
-using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO>;
+// carried into the next tile's first turn were no faster). `hopper` turns every refinement on;
+// `hopper_cluster` runs its non-causal launches on CTA pairs (kCluster 2).
+template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO, int kCluster = 1>
+using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO, kCluster>;
 
 template <class C>
 void dispatch_causal(const PrefillArgs& a, bool persistent, void* workspace, cudaStream_t stream) {
@@ -177,6 +214,12 @@ void dispatch_rung(const PrefillArgs& a, PrefillVariant variant, void* workspace
       return dispatch_causal<HopperConfig<kHeadDim, kF16, false, false>>(a, false, workspace, stream);
     case PrefillVariant::hopper_pingpong:
       return dispatch_causal<HopperConfig<kHeadDim, kF16, true, false>>(a, false, workspace, stream);
+    case PrefillVariant::hopper_cluster:
+      if (!a.causal) {
+        using C = HopperConfig<kHeadDim, kF16, true, true, 2>;
+        return launch_prefill_hopper_clusters<C>(make_prefill_params<C>(a, workspace), stream);
+      }
+      [[fallthrough]];  // causal: a pair's tiles would see different key blocks; the hopper kernel
     default:
       return dispatch_causal<HopperConfig<kHeadDim, kF16, true, true>>(a, true, workspace, stream);
   }

@@ -27,13 +27,20 @@ namespace topt::kernels::sm90 {
 //   last S GEMM is done and the next tile's Q loads under this tile's last P·V and epilogue
 //   (otherwise the output is staged in Q's buffer and the next Q waits for the epilogue); and a
 //   full tile leaves that buffer through a TMA bulk store that the warpgroup does not wait for.
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kF16_, bool kPingPong_, bool kOverlap_, bool kSeparateO_>
+// kCluster (non-causal only): CTAs per cluster, each running one query tile of the same (sequence,
+//   head), so all of them walk the same key blocks; each CTA's producer fetches 1/kCluster of every
+//   K and V block and multicasts it to all, so a block leaves L2 once per cluster, and a stage is
+//   refilled only once every CTA's consumers have released it.
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kF16_, bool kPingPong_, bool kOverlap_, bool kSeparateO_,
+          int kCluster_ = 1>
 struct PrefillConfig {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_, kCluster = kCluster_;
   static constexpr bool kF16 = kF16_, kPingPong = kPingPong_, kOverlap = kOverlap_, kSeparateO = kSeparateO_;
   static constexpr int kBlockM = kPrefillBlockM;
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-  static constexpr int kProducerRegs = 32, kConsumerRegs = 232;  // 24 would spill the producer's loop state
+  // 24 would spill the producer's loop state, 32 its cluster rank and cluster count (the register
+  // file holds 40 · 128 + 232 · 256, the launch's 168 per thread, exactly).
+  static constexpr int kProducerRegs = kCluster > 1 ? 40 : 32, kConsumerRegs = 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key block: a multiple of the wgmma K (16), at most 256");
@@ -58,7 +65,11 @@ struct PrefillConfig {
   static constexpr uint32_t kSmemBytes = kOffTile + 32 + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
   static_assert(kKVHalfBytes % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
-  // Releases: lane 0 of each consumer warp arrives once on an empty barrier.
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+  static constexpr int kBlockNPerCta = kBlockN / kCluster;  // key rows of a block each CTA fetches
+  static_assert(kBlockNPerCta * 128 % 1024 == 0, "each CTA's share of a block: whole swizzle atoms");
+  // Releases: lane 0 of each consumer warp arrives once on an empty barrier (on a K/V one, in every
+  // CTA of the cluster).
   static constexpr int kConsumerWarps = 8;
   // Named barriers (0 is __syncthreads): 1, 2 order the consumers' GEMM issue; 3, 4 their epilogues.
   static constexpr int kBarSchedule = 1, kBarEpilogue = 3;
@@ -113,11 +124,11 @@ __device__ __forceinline__ void init_barriers(const Bars<C>& b) {
   mbar_init(b.q_empty(), C::kConsumerWarps);
   for (int s = 0; s <= C::kStages; ++s) {
     mbar_init(b.k_full(s), 1);
-    mbar_init(b.k_empty(s), C::kConsumerWarps);
+    mbar_init(b.k_empty(s), C::kConsumerWarps * C::kCluster);
   }
   for (int s = 0; s < C::kStages; ++s) {
     mbar_init(b.v_full(s), 1);
-    mbar_init(b.v_empty(s), C::kConsumerWarps);
+    mbar_init(b.v_empty(s), C::kConsumerWarps * C::kCluster);
   }
   mbar_init_fence();
 }
@@ -137,7 +148,10 @@ static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it
 // hides under the loads. Empty tiles (past a short sequence's end) are skipped here; each real tile,
 // decoded, and its sequence bounds travel to the consumers in shared memory, published by the Q
 // barrier's arrival, and m_block -1 tells them to stop. The last CTA to finish resets the counters
-// for the next launch.
+// for the next launch. Clusters (kCluster > 1) instead walk a static order, cluster c taking groups of
+// tiles c, c + clusters, ... (CTA r of a cluster the group's r-th query block): every CTA of a
+// cluster must load the same key blocks in the same order, and a counter's value would have to
+// travel between them. A group is skipped only when its first tile is empty, by all its CTAs alike.
 // The next tile is taken once this tile's second block is issued, and its first K goes out then
 // (into the first-block slot, once this tile's first S has freed it); its Q follows this tile's
 // last loads, when this tile's last S frees Q's buffer (or its epilogue, Q's staging).
@@ -146,22 +160,28 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   const Bars<C> bars{smem + C::kOffBar};
   KVPos<C::kStages> pos;
   int tiles = 0;
-  auto next_tile = [&] { return int(gridDim.x) + atomicAdd(&p.tile_counter[0], 1); };
+  const int rank = C::kCluster > 1 ? int(cluster_ctarank()) : 0;
+  auto next_tile = [&](int t) {
+    if constexpr (C::kCluster > 1)
+      return t + int(num_clusters_x());
+    else
+      return int(gridDim.x) + atomicAdd(&p.tile_counter[0], 1);
+  };
   // The bounds of the last sequence read: consecutive tiles often share it, and each global round
   // trip here delays the tile's first K load.
   int seq_batch = -1;
   PrefillSeq seq{};
-  int t = blockIdx.x;
+  int t = C::kCluster > 1 ? int(cluster_id_x()) : int(blockIdx.x);
   // The next tile with query rows in it (m_block -1: none left), with its sequence's bounds.
   auto next_job = [&] {
     while (t < p.num_tiles) {
-      const PrefillTile tile = decode_tile<kCausal>(p, t);
+      const PrefillTile tile = decode_tile<kCausal, C::kCluster>(p, t, rank);
       if (tile.batch != seq_batch) {
         seq = load_seq(p, tile.batch);
         seq_batch = tile.batch;
       }
-      t = next_tile();
-      if (tile.m_block * C::kBlockM < seq.len_q) return TileHandoff{tile, seq};
+      t = next_tile(t);
+      if ((tile.m_block - rank) * C::kBlockM < seq.len_q) return TileHandoff{tile, seq};
     }
     return TileHandoff{{-1, 0, 0}, seq};
   };
@@ -169,9 +189,15 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   auto load_block = [&](uint32_t empty, uint32_t full, uint32_t phase, uint32_t dst, const CUtensorMap* map,
                         int kv_head, int row) {
     mbar_wait(empty, phase ^ 1);
-    mbar_arrive_expect_tx(full, C::kKVBytes);
+    mbar_arrive_expect_tx(full, C::kKVBytes);  // this CTA's share and its peers'
 #pragma unroll
-    for (int h = 0; h < C::kHalves; ++h) tma_load_3d(dst + h * C::kKVHalfBytes, map, full, h * 64, kv_head, row);
+    for (int h = 0; h < C::kHalves; ++h) {
+      if constexpr (C::kCluster > 1)
+        tma_load_3d_multicast(dst + h * C::kKVHalfBytes + rank * C::kBlockNPerCta * 128, map, full, h * 64, kv_head,
+                              row + rank * C::kBlockNPerCta, (1u << C::kCluster) - 1);
+      else
+        tma_load_3d(dst + h * C::kKVHalfBytes, map, full, h * 64, kv_head, row);
+    }
   };
   auto load_k = [&](bool is_first, int kv_head, int row) {
     const int ks = pos.k_stage(is_first);
@@ -223,9 +249,11 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   handoff->tile.m_block = -1;
   mbar_arrive(bars.q_full());
   // Every CTA has made its last fetch before it counts itself done, so the last one may reset.
-  if (atomicAdd(&p.tile_counter[1], 1) == int(gridDim.x) - 1) {
-    atomicExch(&p.tile_counter[0], 0);
-    atomicExch(&p.tile_counter[1], 0);
+  if constexpr (C::kCluster == 1) {
+    if (atomicAdd(&p.tile_counter[1], 1) == int(gridDim.x) - 1) {
+      atomicExch(&p.tile_counter[0], 0);
+      atomicExch(&p.tile_counter[1], 0);
+    }
   }
 }
 
@@ -345,6 +373,18 @@ __device__ __forceinline__ void release(uint32_t bar, int lane) {
   __syncwarp();
   if (lane == 0) mbar_arrive(bar);
 }
+// A K or V stage: in a cluster, every CTA's producer writes into it, so the release goes to each.
+template <class C>
+__device__ __forceinline__ void release_kv(uint32_t bar, int lane) {
+  if constexpr (C::kCluster > 1) {
+    __syncwarp();
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < C::kCluster; ++r) mbar_arrive_cluster(bar, r);
+  } else {
+    release(bar, lane);
+  }
+}
 
 // The key loop of one tile for consumer warpgroup `cw`: o, m, l come back unnormalized.
 template <class C, bool kCausal>
@@ -383,7 +423,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     if constexpr (C::kPingPong) named_arrive(their_turn, 256);
     wgmma_wait<0>();
     fence_regs(s);
-    release(bars.k_empty(ks), lane);
+    release_kv<C>(bars.k_empty(ks), lane);
     pos.advance_k(is_first);
     if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
     if (n >= range.n_masked) mask(s, n);
@@ -404,7 +444,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       if constexpr (C::kPingPong) named_arrive(their_turn, 256);
       wgmma_wait<1>();  // S is done; P·V of the previous block may still run
       fence_regs(s);
-      release(bars.k_empty(pos.k.stage), lane);
+      release_kv<C>(bars.k_empty(pos.k.stage), lane);
       pos.k.advance();
       if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
       if (n >= range.n_masked) mask(s, n);
@@ -423,7 +463,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       }
       fence_regs(o);
       fence_regs(pf);
-      release(bars.v_empty(v_pos.stage), lane);
+      release_kv<C>(bars.v_empty(v_pos.stage), lane);
       pack_p<C::kBlockN, C::kF16>(s, pf);
       v_pos = pos.v;
       pos.v.advance();
@@ -432,7 +472,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     issue_pv<C>(o, pf, desc_advance(v_desc0, v_pos.stage * C::kKVBytes));
     wgmma_wait<0>();
     fence_regs(o);
-    release(bars.v_empty(v_pos.stage), lane);
+    release_kv<C>(bars.v_empty(v_pos.stage), lane);
   } else {
     for (int n = range.n_end - 1; n >= 0; --n) {
       scores_alone(n);
@@ -442,7 +482,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       issue_pv<C>(o, pf, desc_advance(v_desc0, pos.v.stage * C::kKVBytes));
       wgmma_wait<0>();
       fence_regs(o);
-      release(bars.v_empty(pos.v.stage), lane);
+      release_kv<C>(bars.v_empty(pos.v.stage), lane);
       pos.v.advance();
     }
   }

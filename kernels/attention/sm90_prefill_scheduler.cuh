@@ -21,10 +21,10 @@ struct PrefillParams {
   const int32_t* cu_seqlens_k;
   int heads, group;     // group = heads / kv_heads
   int total_q;
-  int num_m_blocks;     // ceil(max_seq_q / 128)
+  int num_m_blocks;     // ceil(max_seq_q / 128), or with clusters the groups of a cluster's query tiles
   int num_hb;           // batch · heads
   int section;          // (batch, head) pairs whose tiles are interleaved (their K/V fit in L2 together)
-  int num_tiles;        // num_m_blocks · num_hb
+  int num_tiles;        // num_m_blocks · num_hb (with clusters: groups of tiles)
   float scale;          // softmax scale
   float scale_log2;     // scale · log2(e): scores are exponentiated with exp2
   int* tile_counter;    // workspace: [next tile - gridDim.x, CTAs done]; zero between launches
@@ -38,8 +38,10 @@ struct PrefillTile {
 // (batch, head) pairs, sized on the host to about one wave of tiles whose K and V fit in L2.
 // Inside a section the query block is the slow index; for causal attention it counts down, so the
 // longest tiles (the last query rows see the most keys) start first and short ones fill the tail.
-template <bool kCausal>
-__device__ __forceinline__ PrefillTile decode_tile(const PrefillParams& p, int t) {
+// With clusters of kCluster CTAs, t is a group of kCluster adjacent query blocks, `rank`'s block
+// being CTA rank's.
+template <bool kCausal, int kCluster = 1>
+__device__ __forceinline__ PrefillTile decode_tile(const PrefillParams& p, int t, int rank = 0) {
   const int per_section = p.section * p.num_m_blocks;
   const int sec = t / per_section;
   const int r = t - sec * per_section;
@@ -48,7 +50,7 @@ __device__ __forceinline__ PrefillTile decode_tile(const PrefillParams& p, int t
   const int mi = r / size;
   const int hb = hb0 + (r - mi * size);
   PrefillTile tile;
-  tile.m_block = kCausal ? p.num_m_blocks - 1 - mi : mi;
+  tile.m_block = (kCausal ? p.num_m_blocks - 1 - mi : mi) * kCluster + rank;
   tile.batch = hb / p.heads;
   tile.head = hb - tile.batch * p.heads;
   return tile;

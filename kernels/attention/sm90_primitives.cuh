@@ -1,6 +1,6 @@
-// Hopper (sm_90a) building blocks as inline PTX: mbarriers, TMA tile loads, named barriers, register
-// reallocation, and shared-memory matrix descriptors for wgmma. Each wrapper is one PTX instruction
-// (or a wait loop around one); the callers own the protocol.
+// Hopper (sm_90a) building blocks as inline PTX: mbarriers, clusters, TMA tile loads (multicast too),
+// named barriers, register reallocation, and shared-memory matrix descriptors for wgmma. Each
+// wrapper is one PTX instruction (or a wait loop around one); the callers own the protocol.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only: nothing from the driver library is linked)
 #include <cuda_runtime.h>
@@ -56,6 +56,40 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #endif
 }
 
+// ---- thread-block clusters ----
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_id_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t num_clusters_x() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster arrives, then waits for all the others: what one CTA
+// wrote (barrier inits included) is visible to the others after it, and no CTA leaves while a peer
+// may still write its shared memory or arrive on its barriers.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// One arrival on the barrier at the same shared-memory offset as `bar` in CTA `cta` of the cluster.
+// Default (CTA-scope release) semantics: `.release.cluster` made ptxas put MEMBAR.ALL.GPU, ERRBAR
+// and CGAERRBAR before every arrival, which halved the throughput of the kernel that releases its
+// K/V stages this way (measured). A stage released here was read by wgmma, already waited for.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+
 // ---- TMA ----
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -67,6 +101,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// tma_load_3d into every CTA of `cta_mask` (bits: ranks in the cluster): the box lands at `dst` of
+// each, completing the transaction count of the barrier at `bar`'s offset in each.
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                                      int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
       : "memory");
 }
 // The same for a rank-4 tensor map.

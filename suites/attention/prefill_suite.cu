@@ -462,6 +462,10 @@ void register_attention_prefill(Registry& registry) {
   op.impls.push_back(ours_impl("ours_v2", kernels::PrefillVariant::hopper,
                                "ours_v2_pingpong + persistent grid, heavy causal tiles first in one-wave L2 head "
                                "groups, separate O staging (Q released early, O stored by TMA)"));
+  op.impls.push_back(ours_impl("ours_v3", kernels::PrefillVariant::hopper_cluster,
+                               "ours_v2 + non-causal: 2-CTA clusters on adjacent query tiles of a head, each fetching "
+                               "half of every K/V block and TMA-multicasting it to both, static tile order; causal "
+                               "runs ours_v2"));
   registry.add(std::move(op));
 }
 

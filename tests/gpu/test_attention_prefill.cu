@@ -33,7 +33,8 @@ Case prefill_case(const PrefillParam& s, DType dt) {
   return make_case("attention_prefill", p, dt);
 }
 
-const char* const kPrefillImpls[] = {"cudnn", "unfused", "ours_v1", "ours_v2_ws", "ours_v2_pingpong", "ours_v2"};
+const char* const kPrefillImpls[] = {"cudnn",   "unfused", "ours_v1", "ours_v2_ws", "ours_v2_pingpong",
+                                     "ours_v2", "ours_v3"};
 
 class PrefillGpuTest : public GpuTest {
  protected:
