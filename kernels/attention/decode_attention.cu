@@ -252,8 +252,15 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
   }
 }
 
-// A split past its sequence's end saw no key.
+// A split past its sequence's end saw no key. With one split (no workspace), its rows saw no key
+// at all (a sequence of length 0): their output is 0, as for a row that sees no key.
+template <class T>
 __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place) {
+  if (p.splits == 1) {
+    T* o = static_cast<T*>(p.o) + place.first_row * kHeadDim;
+    for (int i = threadIdx.x; i < place.rows * kHeadDim; i += kThreads) o[i] = from_f32<T>(0.f);
+    return;
+  }
   for (int r = threadIdx.x; r < place.rows; r += kThreads)
     p.partial_lse[(place.first_row + r) * p.splits + place.split] = -INFINITY;
 }
@@ -481,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
     __syncthreads();
     write_block_output<T, ROWS>(p, place, sRed, sM, sL);
   } else {
-    write_empty_split(p, place);
+    write_empty_split<T>(p, place);
   }
   if (p.splits > 1) combine_if_last_split<T>(p, place);
 }
@@ -632,7 +639,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_const
       loader.run(compute);
     mma.write_output(p, place, reinterpret_cast<float*>(smem + Layout::k), sM, sL, [] { __syncthreads(); });
   } else {
-    write_empty_split(p, place);
+    write_empty_split<T>(p, place);
   }
   if (p.splits > 1) {
     if constexpr (kV2)
@@ -752,7 +759,7 @@ __global__ void __launch_bounds__(kTmaThreads) decode_tma_kernel(const __grid_co
       __syncwarp();
     }
   } else {
-    write_empty_split(p, place);
+    write_empty_split<T>(p, place);
   }
   if (p.splits > 1) combine_if_last_split_v2<T>(p, place);
 #else

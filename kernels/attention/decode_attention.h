@@ -55,6 +55,8 @@ void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStrea
 
 // o = softmax(scale · q kᵀ) v per query head, over the keys at or before each query's position.
 // q and o are [batch, heads, q_len, head_dim]. Enqueues on `stream`, never synchronizes.
+// Each sequence's length (on the device, so not checked here) should be at least q_len, since the
+// new tokens are in its cache; rows that see no key at all (a length of 0) get an output of 0.
 void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
                       const DecodePlan& plan, void* workspace, cudaStream_t stream);
 
