@@ -154,7 +154,13 @@ static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it
 // travel between them. A group is skipped only when its first tile is empty, by all its CTAs alike.
 // The next tile is taken once this tile's second block is issued, and its first K goes out then
 // (into the first-block slot, once this tile's first S has freed it); its Q follows this tile's
-// last loads, when this tile's last S frees Q's buffer (or its epilogue, Q's staging).
+// last loads, when this tile's last S frees Q's buffer (or its epilogue, Q's staging). Causal tiles
+// are handed out heaviest first, and a CTA that takes its next tile early holds a heavy one back
+// while CTAs on light tiles run out of work: a causal tile longer than kCausalClaimLead + 2 blocks
+// takes its next tile when kCausalClaimLead blocks are left, which still loads that tile's first K
+// that many blocks ahead (measured: kernels/attention/NOTES.md).
+constexpr int kCausalClaimLead = 8;
+
 template <class C, bool kCausal>
 __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, volatile TileHandoff* handoff) {
   const Bars<C> bars{smem + C::kOffBar};
@@ -240,7 +246,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
       load_block(bars.v_empty(pos.v.stage), bars.v_full(pos.v.stage), pos.v.phase,
                  smem + C::kOffV + pos.v.stage * C::kKVBytes, &p.tma_v, kv_head, row);
       pos.v.advance();
-      if (n == max(range.n_end - 2, 0)) take_next();
+      if (n == (kCausal ? min(kCausalClaimLead, max(range.n_end - 2, 0)) : max(range.n_end - 2, 0))) take_next();
     }
     job = next;
     ++tiles;
