@@ -49,8 +49,8 @@ struct MeasureSettings {
   double timeout_s = 3.0;      // ...or this much time was spent sampling
   int repetitions = 1;         // Google Benchmark repetitions, each a full measurement
   // Time a case's implementations in `repetitions` rounds, each round one repetition of every
-  // implementation in an order rotated by one, instead of one implementation after another: on a
-  // power-capped GPU the clock falls as a case goes on, and the later slots would pay for it.
+  // implementation in a balanced order (run_order.h), instead of one implementation after another:
+  // on a power-capped GPU the clock falls as a case goes on, and the later slots would pay for it.
   bool interleave = false;
 };
 

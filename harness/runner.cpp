@@ -21,6 +21,7 @@
 #include "harness/progress.h"
 #include "harness/registry.h"
 #include "harness/results.h"
+#include "harness/run_order.h"
 #include "harness/text.h"
 
 namespace topt {
@@ -278,11 +279,12 @@ class SweepRunner {
       if (lost) return true;
     }
 
-    // Round r times impl (k + r) mod n in slot k: over n rounds every impl takes every slot.
+    // Rounds in a balanced order: every impl takes every slot and follows every other impl.
     bool lost = false;
     for (int round = 0; round < m.repetitions && !lost; ++round)
-      for (size_t k = 0; k < checked.size() && !lost; ++k) {
-        Checked& c = checked[(k + size_t(round)) % checked.size()];
+      for (size_t index : interleave_order(checked.size(), round)) {
+        if (lost) break;
+        Checked& c = checked[index];
         if (!c.inst) continue;  // failed in an earlier round
         lost = guarded(c.row, [&] {
           NvtxCaseRange range(pc.c, c.pi->impl->name);
