@@ -240,13 +240,15 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
       load_first_k(next);
     };
     if (range.n_end == 0) take_next();  // no keys (the consumers still write O = 0 and lse = -inf)
+    const int second = max(range.n_end - 2, 0);  // n counts down: the block issued second
+    const int claim_at = kCausal ? min(kCausalClaimLead, second) : second;
     for (int n = range.n_end - 1; n >= 0; --n) {
       const int row = job.seq.k_start + n * C::kBlockN;
       if (n < range.n_end - 1) load_k(false, kv_head, row);
       load_block(bars.v_empty(pos.v.stage), bars.v_full(pos.v.stage), pos.v.phase,
                  smem + C::kOffV + pos.v.stage * C::kKVBytes, &p.tma_v, kv_head, row);
       pos.v.advance();
-      if (n == (kCausal ? min(kCausalClaimLead, max(range.n_end - 2, 0)) : max(range.n_end - 2, 0))) take_next();
+      if (n == claim_at) take_next();
     }
     job = next;
     ++tiles;
