@@ -46,10 +46,11 @@ void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& w
     m.timer = s == "cupti_activity" ? TimerKind::cupti_activity : TimerKind::cuda_event;
   }
   if (auto v = n["cache"]) {
-    auto s = yaml_scalar<std::string>(v, where + ".cache", "cold or hot", file);
-    if (s != "cold" && s != "hot")
-      throw_config_error(file, v.Mark(), fmt::format("{}.cache: expected cold or hot, got '{}'", where, s));
-    m.cold = s == "cold";
+    auto s = yaml_scalar<std::string>(v, where + ".cache", "cold, cold_clean or hot", file);
+    const std::vector<std::string> modes{"cold", "cold_clean", "hot"};
+    if (std::find(modes.begin(), modes.end(), s) == modes.end())
+      throw_config_error(file, v.Mark(), fmt::format("{}.cache: expected cold, cold_clean or hot, got '{}'", where, s));
+    m.cache = s == "cold" ? CacheMode::cold : s == "cold_clean" ? CacheMode::cold_clean : CacheMode::hot;
   }
   if (auto v = n["cuda_graph"]) m.cuda_graph = yaml_scalar<bool>(v, where + ".cuda_graph", "true or false", file);
   if (auto v = n["hide_launch"]) m.hide_launch = yaml_scalar<bool>(v, where + ".hide_launch", "true or false", file);

@@ -35,9 +35,16 @@ void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed,
 // the kernels it made, from CUPTI activity records, free of launch gaps.
 enum class TimerKind { cuda_event, cupti_activity };
 
+// The L2 before each timed launch. cold: nvbench's memset flush, which leaves the L2 full of dirty
+// lines that the launch pays to write back (up to the L2's size in extra DRAM writes). cold_clean:
+// flushed, then written back, so the L2 holds only clean lines of no use to the launch; for reading
+// ops whose outputs are far smaller than the L2 (an output that fits would stay there unwritten when
+// the stop event fires). hot: no flush.
+enum class CacheMode { cold, cold_clean, hot };
+
 struct MeasureSettings {
   TimerKind timer = TimerKind::cuda_event;
-  bool cold = true;            // flush the L2 before each timed launch
+  CacheMode cache = CacheMode::cold;
   bool cuda_graph = false;     // replay the implementation captured in a CUDA graph
   bool hide_launch = true;     // queue the launch behind a blocking kernel, nvbench-style
   int warmup_min_runs = 3;

@@ -17,7 +17,7 @@ double measure_copy_GBps(Timer& timer, cudaStream_t stream, uint64_t seed) {
   DeviceBuffer dst(kBytes, "copy-peak destination");
   fill_uniform(*src, seed, -1, 1, stream);
   MeasureSettings m;
-  m.cold = false;
+  m.cache = CacheMode::hot;
   m.min_samples = 10;
   m.min_time_s = 0.02;
   Measurement r = timer.measure(
@@ -65,7 +65,7 @@ double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
     if (!found) throw Unsupported("cuBLASLt found no bf16 GEMM algorithm");
     float alpha = 1, beta = 0;
     MeasureSettings m;
-    m.cold = false;  // 400 MB of operands: the L2 holds none of them between runs anyway
+    m.cache = CacheMode::hot;  // 400 MB of operands: the L2 holds none of them between runs anyway
     m.min_samples = 10;
     m.min_time_s = 0.02;
     double best_us = INFINITY;

@@ -156,7 +156,7 @@ class SweepRunner {
     constexpr int kWarmupLaunches = 3;
     for (int i = 0; i < kWarmupLaunches; ++i) inst.launch(stream_);
     CUDA_CHECK_LAUNCH();
-    if (pc.sweep->measure.cold) timer_->flush_l2();
+    timer_->prepare_l2(pc.sweep->measure.cache);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaProfilerStart());
     {

@@ -84,7 +84,8 @@ Case complete_case(const Config& cfg, const OpSweep& s, const OpDef& op, const P
 // --resume tell apart.
 std::string timing_variant(const MeasureSettings& m) {
   std::vector<std::string> parts;
-  if (!m.cold) parts.push_back("hot");
+  if (m.cache == CacheMode::hot) parts.push_back("hot");
+  if (m.cache == CacheMode::cold_clean) parts.push_back("clean");
   if (m.cuda_graph) parts.push_back("graph");
   if (!m.hide_launch) parts.push_back("launch");
   if (m.timer == TimerKind::cupti_activity) parts.push_back("cupti");

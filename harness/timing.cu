@@ -35,6 +35,10 @@ __global__ void block_stream_kernel(const volatile int* flag, int* timed_out, un
   }
 }
 
+const char* cache_label(CacheMode mode) {
+  return mode == CacheMode::cold ? ",cold" : mode == CacheMode::cold_clean ? ",cold_clean" : ",hot";
+}
+
 constexpr unsigned long long kBlockTimeoutNs = 5'000'000'000ull;
 
 // Reads every 16-byte word through L2 (ld.global.cg). `sink` is null at run time; the compiler cannot
@@ -73,6 +77,11 @@ Timer::~Timer() {
 
 void Timer::flush_l2() { CUDA_CHECK(cudaMemsetAsync(l2_scratch_.get(), 0, l2_scratch_.bytes(), stream_)); }
 
+void Timer::prepare_l2(CacheMode mode) {
+  if (mode == CacheMode::cold) flush_l2();
+  if (mode == CacheMode::cold_clean) evict_l2();
+}
+
 void Timer::evict_l2() {
   constexpr int kThreads = 256, kWordsPerThread = 16;
   size_t words = l2_scratch_.bytes() / sizeof(int4);
@@ -85,7 +94,7 @@ void Timer::evict_l2() {
 }
 
 double Timer::sample_once(const std::function<void()>& run, const MeasureSettings& m, KernelDurations* kernels) {
-  if (m.cold) flush_l2();
+  prepare_l2(m.cache);
   if (kernels) return kernels->time_us(run, stream_);
   if (m.hide_launch) {
     *reinterpret_cast<volatile int*>(flag_host_) = 0;
@@ -114,7 +123,7 @@ Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   Measurement out;
   auto kernels = m.timer == TimerKind::cupti_activity ? std::make_unique<KernelDurations>() : nullptr;
   out.timer = std::string(kernels ? "cupti_activity" : "cuda_event") + (m.cuda_graph ? "+graph" : "") +
-              (m.cold ? ",cold" : ",hot") + (kernels || m.hide_launch ? "" : ",launch_included");
+              cache_label(m.cache) + (kernels || m.hide_launch ? "" : ",launch_included");
 
   cudaGraphExec_t graph_exec = nullptr;
   if (m.cuda_graph) {

@@ -48,8 +48,10 @@ class Timer {
   // a read-only flush instead lets an output smaller than the L2 stay there unwritten when the stop
   // event fires, and rows then beat the copy ceiling (measured: docs/NOTES.md).
   void flush_l2();
-  // Before counting: reads that buffer twice over, leaving only clean lines, so the counters of the
-  // next launch see neither cached data nor anyone else's write-backs.
+  // The L2 state `mode` asks for before a timed or profiled launch (config.h).
+  void prepare_l2(CacheMode mode);
+  // Before counting, and for cold_clean: reads that buffer twice over, leaving only clean lines, so
+  // the next launch sees neither cached data nor anyone else's write-backs.
   void evict_l2();
 
  private:

@@ -40,7 +40,7 @@ TEST(Config, ParsesEverySection) {
   Config c = parse(kValid);
   EXPECT_EQ(c.name, "t");
   EXPECT_EQ(c.seed, 7u);
-  EXPECT_FALSE(c.measure.cold);
+  EXPECT_EQ(c.measure.cache, CacheMode::hot);
   EXPECT_TRUE(c.measure.cuda_graph);
   EXPECT_EQ(c.measure.min_samples, 5);
   EXPECT_DOUBLE_EQ(c.measure.max_noise_pct, 2.5);
@@ -55,6 +55,13 @@ TEST(Config, ParsesEverySection) {
   // Per-op settings start from the global ones.
   EXPECT_DOUBLE_EQ(c.ops[0].measure.timeout_s, 0.5);
   EXPECT_EQ(c.ops[0].measure.min_samples, 5);
+}
+
+TEST(Config, CacheModes) {
+  const std::string ops = "ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\n";
+  EXPECT_EQ(parse(ops).measure.cache, CacheMode::cold);
+  EXPECT_EQ(parse("measure: {cache: cold_clean}\n" + ops).measure.cache, CacheMode::cold_clean);
+  EXPECT_EQ(parse("measure: {cache: hot}\n" + ops).measure.cache, CacheMode::hot);
 }
 
 TEST(Config, UnknownKeyNamesLineColumnAndSuggests) {
@@ -100,7 +107,7 @@ TEST(Config, WrongTypes) {
             std::string::npos);
   EXPECT_NE(error_of("measure: {cuda_graph: maybe}\nops: []\n").find("measure.cuda_graph: expected true or false"),
             std::string::npos);
-  EXPECT_NE(error_of("measure: {cache: warm}\nops: []\n").find("expected cold or hot, got 'warm'"), std::string::npos);
+  EXPECT_NE(error_of("measure: {cache: warm}\nops: []\n").find("expected cold, cold_clean or hot, got 'warm'"), std::string::npos);
   EXPECT_NE(error_of("measure: {min_samples: -3}\nops: []\n").find("must be > 0"), std::string::npos);
   EXPECT_NE(error_of("measure: 5\nops: []\n").find("measure: expected a map"), std::string::npos);
   EXPECT_NE(error_of("ops: {op: rmsnorm}\n").find("ops: expected a list"), std::string::npos);
