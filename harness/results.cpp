@@ -110,6 +110,8 @@ Json row_to_json(const ResultRow& r) {
   j["gbps"] = opt(r.gbps);
   j["pct_of_peak"] = opt(r.pct_of_peak);
   j["speedup_vs_baseline"] = opt(r.speedup_vs_baseline);
+  j["speedup_lo"] = opt(r.speedup_lo);
+  j["speedup_hi"] = opt(r.speedup_hi);
   j["rel_error"] = opt(r.rel_error);
   j["flops"] = r.flops;
   j["bytes"] = r.bytes;
@@ -147,6 +149,8 @@ ResultRow row_from_json(const Json& j) {
   r.gbps = opt_from(j, "gbps");
   r.pct_of_peak = opt_from(j, "pct_of_peak");
   r.speedup_vs_baseline = opt_from(j, "speedup_vs_baseline");
+  r.speedup_lo = opt_from(j, "speedup_lo");
+  r.speedup_hi = opt_from(j, "speedup_hi");
   r.rel_error = opt_from(j, "rel_error");
   r.flops = j.value("flops", 0.0);
   r.bytes = j.value("bytes", 0.0);
@@ -252,7 +256,7 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
   for (auto& r : rows) all.push_back(&r);
   const std::vector<std::string> metrics = metric_names(all);  // a column each, after the fixed ones
   out << "op,impl,is_baseline,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
-         "tflops,gbps,pct_of_peak,speedup_vs_baseline,rel_error,sm_clock_mhz,throttled,noisy";
+         "tflops,gbps,pct_of_peak,speedup_vs_baseline,speedup_lo,speedup_hi,rel_error,sm_clock_mhz,throttled,noisy";
   for (auto& m : metrics) out << ',' << quote("metrics." + m);
   out << '\n';
   for (auto& r : rows) {
@@ -265,6 +269,7 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
       out << ",,,,";
     out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
         << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
+        << fmt_opt(r.speedup_lo, "{:.4f}") << ',' << fmt_opt(r.speedup_hi, "{:.4f}") << ','
         << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
         << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0);
     for (auto& m : metrics) {
@@ -298,7 +303,8 @@ std::string results_markdown(const ResultsFile& f) {
          << (r.time_us ? fmt::format("{:.2f}", r.time_us->median) : "") << " | "
          << (r.time_us ? fmt::format("{:.1f}", 100 * r.time_us->stdrel) : "") << " | "
          << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
-         << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x") << " | "
+         << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x")
+         << (r.speedup_lo && r.speedup_hi ? fmt::format(" [{:.2f}, {:.2f}]", *r.speedup_lo, *r.speedup_hi) : "") << " | "
          << fmt_opt(r.rel_error, "{:.1e}") << " |\n";
     }
     md << '\n';

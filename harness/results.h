@@ -30,6 +30,9 @@ struct ResultRow {
   std::string reason;
   std::optional<SampleStats> time_us;
   std::optional<double> tflops, gbps, pct_of_peak, speedup_vs_baseline, rel_error;
+  // Interleaved runs: each round's speedup is baseline/impl within that round (same clock history);
+  // [lo, hi] covers the median of those round speedups with >= 95% probability (stats.h).
+  std::optional<double> speedup_lo, speedup_hi;
   double flops = 0, bytes = 0;           // the op's model for this case
   std::optional<double> sm_clock_mhz;    // median SM clock sampled while timing (NVML)
   bool throttled = false;                // some clock samples fell below the throttle threshold

@@ -3,6 +3,7 @@
 #include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "harness/registry.h"
 #include "harness/results.h"
 #include "harness/run_order.h"
+#include "harness/stats.h"
 #include "harness/text.h"
 
 namespace topt {
@@ -295,11 +297,14 @@ class SweepRunner {
         });
         if (c.row.status != Status::ok) c.inst.reset();
       }
-    for (Checked& c : checked) {
+    for (Checked& c : checked)
       if (c.inst && !lost) lost = guarded(c.row, [&] {
         finish_timing(c);
         c.row.timer += ",interleaved";
       });
+    auto base = std::find_if(checked.begin(), checked.end(), [](const Checked& c) { return c.row.is_baseline; });
+    for (Checked& c : checked) {
+      if (base != checked.end() && &c != &*base) set_round_speedups(*base, c);
       finish(std::move(c.row));
     }
     return lost;
@@ -364,6 +369,17 @@ class SweepRunner {
     });
     if (c.row.status != Status::ok) c.inst.reset();
     return lost;
+  }
+
+  // From rounds that both completed: the interval of the median of baseline/impl per round.
+  static void set_round_speedups(const Checked& base, Checked& c) {
+    if (base.row.status != Status::ok || c.row.status != Status::ok || base.reps.size() != c.reps.size()) return;
+    std::vector<double> ratios;
+    for (size_t i = 0; i < c.reps.size(); ++i) ratios.push_back(base.reps[i].stats.median / c.reps[i].stats.median);
+    if (auto ci = median_interval_95(std::move(ratios))) {
+      c.row.speedup_lo = ci->first;
+      c.row.speedup_hi = ci->second;
+    }
   }
 
   // The row's timing from its repetitions, then the instance's workspace, metrics and counters.

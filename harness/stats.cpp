@@ -16,6 +16,23 @@ double median_of(std::vector<double> v) {
   return 0.5 * (lo + hi);
 }
 
+std::optional<std::pair<double, double>> median_interval_95(std::vector<double> values) {
+  const int n = int(values.size());
+  // The interval (x_k, x_{n+1-k}) misses the median with probability 2 · P(Binomial(n, 1/2) < k):
+  // take the largest k that keeps that at or under 5%.
+  double tail = 0, term = std::pow(0.5, n);  // P(B = 0)
+  int k = 0;
+  for (int j = 0; j < n / 2; ++j) {
+    tail += term;                          // P(B <= j)
+    if (2 * tail > 0.05) break;
+    k = j + 1;
+    term *= double(n - j) / (j + 1);       // P(B = j + 1)
+  }
+  if (k == 0) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  return std::make_pair(values[k - 1], values[n - k]);
+}
+
 SampleStats summarize(std::vector<double> samples) {
   SampleStats s;
   s.samples = int(samples.size());

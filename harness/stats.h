@@ -1,5 +1,7 @@
 // Summary statistics of timing samples.
 #pragma once
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace topt {
@@ -12,5 +14,9 @@ struct SampleStats {
 
 SampleStats summarize(std::vector<double> samples);
 double median_of(std::vector<double> v);
+
+// A distribution-free interval for the median of `values` (order statistics, binomial tails) that
+// covers it with probability >= 95%; none for fewer than 6 values, where no such pair exists.
+std::optional<std::pair<double, double>> median_interval_95(std::vector<double> values);
 
 }  // namespace topt

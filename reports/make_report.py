@@ -104,6 +104,9 @@ def speedup_chart(rep, op, rows, baseline):
     shapes = list(OrderedDict.fromkeys(label(r, keys) for r in rows))
     speedup = {(label(r, keys), r["impl"]): r["speedup_vs_baseline"] for r in rows
                if r.get("speedup_vs_baseline") is not None}
+    # Interleaved runs: the 95% interval of the median per-round speedup, drawn as an error bar.
+    interval = {(label(r, keys), r["impl"]): (r["speedup_lo"], r["speedup_hi"]) for r in rows
+                if r.get("speedup_lo") is not None and r.get("speedup_hi") is not None}
     if not impls or not any(k[1] in impls for k in speedup):
         return rep.skip(op, "speedup", f"no speedups vs {baseline} were recorded")
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(shapes) * max(1, len(impls)) ** 0.5 + 2), 4.2))
@@ -112,6 +115,12 @@ def speedup_chart(rep, op, rows, baseline):
         xs = [j + (i - (len(impls) - 1) / 2) * width for j in range(len(shapes))]
         ys = [speedup.get((s, impl), 0.0) for s in shapes]
         ax.bar(xs, ys, width, label=impl)
+        spans = [interval.get((s, impl)) for s in shapes]
+        if any(spans):
+            # An interval that misses the bar (a pooled median outside the round medians' spread) clips to 0.
+            err = [[max(0.0, y - sp[0]) if sp else 0.0 for y, sp in zip(ys, spans)],
+                   [max(0.0, sp[1] - y) if sp else 0.0 for y, sp in zip(ys, spans)]]
+            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label=f"{baseline} (baseline)")
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels(shapes, rotation=40, ha="right")

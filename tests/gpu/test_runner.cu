@@ -16,7 +16,7 @@ class RunnerGpuTest : public GpuTest {};
 TEST_F(RunnerGpuTest, InterleavedRoundsTimeEveryImplementation) {
   const Config cfg = parse_config(R"(
 name: interleave
-measure: {interleave: true, repetitions: 3, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
+measure: {interleave: true, repetitions: 6, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
 ops:
   - op: rmsnorm
     impls: [unfused, cudnn, ours]
@@ -33,10 +33,18 @@ ops:
     EXPECT_EQ(r.status, Status::ok) << r.reason;
     ASSERT_TRUE(r.time_us.has_value());
     EXPECT_NE(r.timer.find("interleaved"), std::string::npos) << r.timer;
-    // Three rounds of at least min_samples each, pooled.
-    EXPECT_GE(r.time_us->samples, 9);
+    // Six rounds of at least min_samples each, pooled.
+    EXPECT_GE(r.time_us->samples, 18);
     ASSERT_TRUE(r.speedup_vs_baseline.has_value());
-    if (r.is_baseline) EXPECT_DOUBLE_EQ(*r.speedup_vs_baseline, 1.0);
+    if (r.is_baseline) {
+      EXPECT_DOUBLE_EQ(*r.speedup_vs_baseline, 1.0);
+      EXPECT_FALSE(r.speedup_lo.has_value());
+    } else {
+      // Six paired rounds: the interval is the smallest and largest round speedup.
+      ASSERT_TRUE(r.speedup_lo.has_value() && r.speedup_hi.has_value());
+      EXPECT_LE(*r.speedup_lo, *r.speedup_hi);
+      EXPECT_GT(*r.speedup_lo, 0);
+    }
   }
   fs::remove_all(opt.out_dir);
 }

@@ -46,6 +46,7 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   f.rows[1].status = Status::check_failed;
   f.rows[1].reason = "rel_error 1e-1";
   f.rows[1].time_us.reset();
+  f.rows[0].speedup_lo = 0.96;
   std::string path = (dir / "results.json").string();
   write_results_json(path, f);
   ResultsFile g = read_results_json(path);
@@ -57,6 +58,8 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   EXPECT_EQ(g.rows[0].time_us->samples, 40);
   EXPECT_DOUBLE_EQ(*g.rows[0].gbps, 2500.5);
   EXPECT_FALSE(g.rows[0].tflops.has_value());
+  EXPECT_DOUBLE_EQ(*g.rows[0].speedup_lo, 0.96);
+  EXPECT_FALSE(g.rows[0].speedup_hi.has_value());
   EXPECT_TRUE(g.rows[0].is_baseline);
   EXPECT_EQ(g.rows[1].status, Status::check_failed);
   EXPECT_FALSE(g.rows[1].time_us.has_value());
@@ -97,18 +100,22 @@ TEST_F(ResultsIo, CsvAndMarkdown) {
   ResultsFile f;
   f.rows = {sample_row("cudnn", 10), sample_row("ours", 8)};
   f.rows[1].speedup_vs_baseline = 1.25;
+  f.rows[1].speedup_lo = 1.125;
+  f.rows[1].speedup_hi = 1.375;
   std::string csv = (dir / "r.csv").string();
   write_results_csv(csv, f.rows);
   std::ifstream in(csv);
-  std::string header, line1;
+  std::string header, line1, line2;
   std::getline(in, header);
   std::getline(in, line1);
+  std::getline(in, line2);
   EXPECT_EQ(header.rfind("op,impl,is_baseline,params,dtype,status", 0), 0u);
   EXPECT_NE(line1.find("\"model=llama2-7b,tokens=16,eps=1e-05\""), std::string::npos) << line1;
   std::string md = results_markdown(f);
   EXPECT_NE(md.find("### rmsnorm"), std::string::npos);
   EXPECT_NE(md.find("cudnn (baseline)"), std::string::npos);
-  EXPECT_NE(md.find("1.25x"), std::string::npos);
+  EXPECT_NE(md.find("1.25x [1.12, 1.38]"), std::string::npos) << md;
+  EXPECT_NE(line2.find(",1.2500,1.1250,1.3750,"), std::string::npos) << line2;
 }
 
 // Metrics get a table of their own per op (bytes in binary units) and a CSV column each.

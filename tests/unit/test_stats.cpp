@@ -30,5 +30,21 @@ TEST(Stats, SingleSampleHasNoNoise) {
   EXPECT_EQ(s.median, 3);
 }
 
+// Binomial(n, 1/2) tails: n = 14 rounds gives (x_3, x_12) (misses 1.3%; (x_4, x_11) would miss 5.7%),
+// n = 6 the extremes, n = 5 nothing (even the extremes miss 6.25%).
+TEST(Stats, MedianInterval95) {
+  std::vector<double> v;
+  for (int i = 14; i >= 1; --i) v.push_back(i);
+  auto ci = median_interval_95(v);
+  ASSERT_TRUE(ci);
+  EXPECT_DOUBLE_EQ(ci->first, 3);
+  EXPECT_DOUBLE_EQ(ci->second, 12);
+  ci = median_interval_95({6, 1, 5, 2, 4, 3});
+  ASSERT_TRUE(ci);
+  EXPECT_DOUBLE_EQ(ci->first, 1);
+  EXPECT_DOUBLE_EQ(ci->second, 6);
+  EXPECT_FALSE(median_interval_95({1, 2, 3, 4, 5}));
+}
+
 }  // namespace
 }  // namespace topt
