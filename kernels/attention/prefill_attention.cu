@@ -20,13 +20,14 @@ std::string prefill_unsupported(const PrefillArgs& a, PrefillVariant variant) {
     case PrefillVariant::hopper_ws:
     case PrefillVariant::hopper_pingpong:
     case PrefillVariant::hopper:
-    case PrefillVariant::hopper_cluster: return prefill_hopper_unsupported(a);
+    case PrefillVariant::hopper_cluster:
+    case PrefillVariant::hopper_tail: return prefill_hopper_unsupported(a);
   }
   return "unknown variant";
 }
 
 size_t prefill_workspace_bytes(const PrefillArgs& a, PrefillVariant variant) {
-  return variant == PrefillVariant::fa2 ? 0 : prefill_hopper_workspace_bytes(a);
+  return variant == PrefillVariant::fa2 ? 0 : prefill_hopper_workspace_bytes(a, variant);
 }
 
 void attention_prefill(const PrefillArgs& a, PrefillVariant variant, void* workspace, cudaStream_t stream) {

@@ -44,7 +44,10 @@ struct PrefillArgs {
 // - hopper_cluster: + non-causal tiles run by CTA pairs (clusters) on adjacent query blocks of one
 //   head, each CTA fetching half of every K/V block and multicasting it to both, in a static tile
 //   order (no shared counter); causal runs hopper.
-enum class PrefillVariant { fa2, hopper_ws, hopper_pingpong, hopper, hopper_cluster };
+// - hopper_tail: hopper + non-causal tiles of the last, partly filled round of the persistent grid
+//   split along their keys, the last part to finish merging the others' partial results; a launch
+//   that splits nothing, and causal, runs hopper.
+enum class PrefillVariant { fa2, hopper_ws, hopper_pingpong, hopper, hopper_cluster, hopper_tail };
 
 // Why `variant` cannot run these arguments on the current device, or "". Host-only and cheap: reads
 // the shape fields only, never the pointers.

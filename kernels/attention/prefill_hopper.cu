@@ -13,6 +13,7 @@
 // scheduler's one-wave sections). Under this load the card sits at its power cap (SM clock seen
 // at 1.3-1.7 GHz), so every instruction and shared-memory byte saved also buys clock.
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -44,15 +45,22 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
     const PrefillTile tile{handoff->tile.m_block, handoff->tile.head, handoff->tile.batch};
     if (tile.m_block < 0) break;
     const PrefillSeq seq{handoff->seq.q_start, handoff->seq.len_q, handoff->seq.k_start, handoff->seq.len_k};
-    const KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
+    KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
+    int split = -1;
+    if constexpr (C::kTail) {
+      split = handoff->split;
+      if (split >= 0) range.restrict_to_part(split % p.tail_parts, p.tail_parts);
+    }
     float o[C::kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < C::kHeadDim / 2; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    if (range.n_end > 0)
+    if (range.n_end > range.n_begin)
       consume_tile<C, kCausal>(p, smem, cw, lane, warp, tile.m_block, seq, range, pos, o, m, l);
     else if constexpr (C::kSeparateO)
       release(bars.q_empty(), lane);
+    if constexpr (C::kTail)
+      if (split >= 0 && !merge_parts<C>(p, cw, tid, split, o, m, l)) continue;  // another part stores the tile
     store_tile<C>(p, smem_ptr, smem, cw, tid, lane, warp, tile, seq, o, m, l);
   }
   if constexpr (C::kSeparateO)
@@ -64,6 +72,7 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
 template <class C, bool kCausal>
 __global__ void __launch_bounds__(C::kThreads, 1) prefill_hopper_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(C::kCluster == 1 || !kCausal, "a cluster's tiles must visit the same key blocks: non-causal only");
+  static_assert(!C::kTail || !kCausal, "tail splits: non-causal only (causal tiles go out heaviest first)");
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
@@ -104,12 +113,39 @@ CUtensorMap make_tensor_map(const void* ptr, int rows, int heads, int head_dim, 
   return make_tma_map_16bit("prefill_hopper", ptr, f16, 3, dims, strides, box);
 }
 
-constexpr size_t kWorkspaceBytes = 2 * sizeof(int);  // the tile scheduler's counters
+constexpr int kKeyBlock = 128;  // keys per block (kBlockN) of every rung
 
-// The kernel's parameters: tensor maps, sizes, and the tile order. `workspace`: kWorkspaceBytes,
-// zero before the first launch (each launch leaves it zero).
+int device_sms() {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// The workspace: the tile scheduler's 2 counters, then (hopper_tail, non-causal) an arrival counter
+// per split tile and consumer warpgroup and, from a 256-byte boundary, a partial result per split
+// unit and consumer warpgroup: 128 threads × (head_dim / 2 + 4) floats.
+struct WorkspaceLayout {
+  TailPlan tail{INT_MAX, 1};
+  size_t partials_offset = 0, bytes = 2 * sizeof(int);
+};
+WorkspaceLayout workspace_layout(const PrefillArgs& a, PrefillVariant variant) {
+  WorkspaceLayout w;
+  if (variant != PrefillVariant::hopper_tail || a.causal) return w;
+  const int tiles = (a.max_seq_q + kPrefillBlockM - 1) / kPrefillBlockM * a.batch * a.heads;
+  w.tail = plan_tail(tiles, device_sms(), (a.max_seq_k + kKeyBlock - 1) / kKeyBlock);
+  const size_t splits = tiles - w.tail.first;
+  if (splits == 0) return w;
+  w.partials_offset = (2 + 2 * splits) * sizeof(int);
+  w.partials_offset = (w.partials_offset + 255) / 256 * 256;
+  w.bytes = w.partials_offset + splits * w.tail.parts * 2 * 128 * (a.head_dim / 2 + 4) * sizeof(float);
+  return w;
+}
+
+// The kernel's parameters: tensor maps, sizes, and the tile order. `workspace`: workspace_layout's
+// bytes, zero before the first launch (each launch leaves it zero).
 template <class C>
-PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
+PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace, const WorkspaceLayout& layout = {}) {
   for (const void* ptr : {a.q, a.k, a.v, static_cast<const void*>(a.o)})
     if (reinterpret_cast<uintptr_t>(ptr) % 16)
       throw std::invalid_argument("prefill_hopper: q, k, v and o must be 16-byte aligned (TMA, 16-byte stores)");
@@ -146,16 +182,22 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace) {
   p.scale = a.scale;
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.tile_counter = static_cast<int*>(workspace);
+  p.tail_first = p.num_tiles;
+  p.tail_parts = 1;
+  if (C::kTail && layout.tail.first < p.num_tiles) {
+    p.tail_first = layout.tail.first;
+    p.tail_parts = layout.tail.parts;
+    p.num_tiles = p.tail_first + (p.num_tiles - p.tail_first) * p.tail_parts;
+    p.tail_arrivals = p.tile_counter + 2;
+    p.tail_partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(workspace) + layout.partials_offset);
+  }
   return p;
 }
 
 // `persistent`: one CTA per SM, each taking tiles until none is left; otherwise one CTA per tile.
 template <class C, bool kCausal>
 void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t stream) {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int grid = persistent ? std::min(p.num_tiles, sms) : p.num_tiles;
+  const int grid = persistent ? std::min(p.num_tiles, device_sms()) : p.num_tiles;
   auto kernel = prefill_hopper_kernel<C, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
@@ -195,9 +237,10 @@ void launch_prefill_hopper_clusters(const PrefillParams& p, cudaStream_t stream)
 // measured on H100 bf16 d = 128 (key blocks of 160 or 176 and 3 stages were slower; beside the
 // separate O buffer, a 3-deep K ring, a second Q buffer loaded a tile ahead, and a tile's last P·V
 // carried into the next tile's first turn were no faster). `hopper` turns every refinement on;
-// `hopper_cluster` runs its non-causal launches on CTA pairs (kCluster 2).
-template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO, int kCluster = 1>
-using HopperConfig = PrefillConfig<kHeadDim, 128, 2, kF16, kRefined, kRefined, kSeparateO, kCluster>;
+// `hopper_cluster` runs its non-causal launches on CTA pairs (kCluster 2), `hopper_tail` splits
+// the tiles of their last round along the keys (kTail).
+template <int kHeadDim, bool kF16, bool kRefined, bool kSeparateO, int kCluster = 1, bool kTail = false>
+using HopperConfig = PrefillConfig<kHeadDim, kKeyBlock, 2, kF16, kRefined, kRefined, kSeparateO, kCluster, kTail>;
 
 template <class C>
 void dispatch_causal(const PrefillArgs& a, bool persistent, void* workspace, cudaStream_t stream) {
@@ -220,6 +263,17 @@ void dispatch_rung(const PrefillArgs& a, PrefillVariant variant, void* workspace
         return launch_prefill_hopper_clusters<C>(make_prefill_params<C>(a, workspace), stream);
       }
       [[fallthrough]];  // causal: a pair's tiles would see different key blocks; the hopper kernel
+    case PrefillVariant::hopper_tail:
+      if (!a.causal) {
+        // Only a launch that splits pays for the kTail kernel (~0.5%: its key loop starts at a
+        // run-time block); the others run the hopper kernel, as causal launches do (their tiles go
+        // out heaviest first and already balance).
+        if (const WorkspaceLayout layout = workspace_layout(a, variant); layout.tail.parts > 1) {
+          using C = HopperConfig<kHeadDim, kF16, true, true, 1, true>;
+          return launch_prefill_hopper<C, false>(make_prefill_params<C>(a, workspace, layout), true, stream);
+        }
+      }
+      [[fallthrough]];
     default:
       return dispatch_causal<HopperConfig<kHeadDim, kF16, true, true>>(a, true, workspace, stream);
   }
@@ -243,7 +297,9 @@ std::string prefill_hopper_unsupported(const PrefillArgs& a) {
   return "";
 }
 
-size_t prefill_hopper_workspace_bytes(const PrefillArgs&) { return kWorkspaceBytes; }
+size_t prefill_hopper_workspace_bytes(const PrefillArgs& a, PrefillVariant variant) {
+  return workspace_layout(a, variant).bytes;
+}
 
 void prefill_hopper(const PrefillArgs& a, PrefillVariant variant, void* workspace, cudaStream_t stream) {
   if (a.total_q == 0) return;

@@ -16,7 +16,7 @@ void prefill_fa2(const PrefillArgs& args, cudaStream_t stream);
 
 // prefill_hopper.cu: the hopper_* variants.
 std::string prefill_hopper_unsupported(const PrefillArgs& args);
-size_t prefill_hopper_workspace_bytes(const PrefillArgs& args);
+size_t prefill_hopper_workspace_bytes(const PrefillArgs& args, PrefillVariant variant);
 void prefill_hopper(const PrefillArgs& args, PrefillVariant variant, void* workspace, cudaStream_t stream);
 
 }  // namespace topt::kernels

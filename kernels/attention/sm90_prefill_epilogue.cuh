@@ -3,7 +3,7 @@
 // is done, or a buffer of its own with kSeparateO) and store it: whole rows with 16-byte coalesced
 // writes, skipping rows past the sequence (a packed varlen tile can hold the next sequence's rows),
 // or, from the separate buffer when all 64 rows are inside the sequence, one TMA bulk store; then
-// the rows' log-sum-exp.
+// the rows' log-sum-exp. With kTail, a split tile's parts first merge (merge_parts).
 #pragma once
 #include <cstdint>
 
@@ -87,6 +87,60 @@ __device__ __forceinline__ void store_tile(const PrefillParams& p, uint8_t* smem
     fence_proxy_async();  // the next tile's Q lands in this buffer through TMA
     release(Bars<C>{smem + C::kOffBar}.q_empty(), lane);
   }
+}
+
+// kTail, a part of a split tile: the warpgroup leaves its unnormalized o, row maxima and this
+// thread's partial row sums in its slot of the workspace (float4 i of thread tid at i · 128 + tid:
+// each warp's stores are 512 contiguous bytes) and counts itself on the tile's arrival counter for
+// this warpgroup. The part that arrives last merges the others' slots into its registers and
+// returns true (it stores the tile); it leaves the counter at zero for the next launch. Every part
+// uses the same fragment layout, so a thread merges exactly what its peers in the other parts held.
+template <class C>
+__device__ __forceinline__ bool merge_parts(const PrefillParams& p, int cw, int tid, int split,
+                                            float (&o)[C::kHeadDim / 2], float (&m)[2], float (&l)[2]) {
+  constexpr int kVecs = C::kHeadDim / 8 + 1;  // o as float4s, then (m0, m1, l0, l1)
+  const int s = split / p.tail_parts, part = split - s * p.tail_parts;
+  auto slot = [&](int j) { return p.tail_partials + (size_t(s * p.tail_parts + j) * 2 + cw) * kVecs * 128 + tid; };
+  float4* mine = slot(part);
+#pragma unroll
+  for (int i = 0; i < kVecs - 1; ++i) __stcg(mine + i * 128, make_float4(o[4 * i], o[4 * i + 1], o[4 * i + 2], o[4 * i + 3]));
+  __stcg(mine + (kVecs - 1) * 128, make_float4(m[0], m[1], l[0], l[1]));
+  // The warpgroup's stores precede thread 0's release-add (barrier, then release at GPU scope); the
+  // last part's acquire-add, then the barrier, put the others' stores before its loads.
+  named_sync(C::kBarEpilogue + cw, 128);
+  bool last = false;
+  if (tid == 0) {
+    int* arrivals = p.tail_arrivals + 2 * s + cw;
+    last = atomic_add_acq_rel(arrivals, 1) == p.tail_parts - 1;
+    if (last) atomicExch(arrivals, 0);  // every part has counted itself: nothing else touches it this launch
+  }
+  if (!named_sync_or(C::kBarEpilogue + cw, 128, last)) return false;
+  // Max/sum rescaling per row; a part that saw no key has max -inf and weighs 0.
+  auto weight = [&](float x, float mx) { return x == -INFINITY ? 0.f : exp2_approx((x - mx) * p.scale_log2); };
+  for (int j = 0; j < p.tail_parts; ++j) {
+    if (j == part) continue;
+    const float4* theirs = slot(j);
+    const float4 ml = __ldcg(theirs + (kVecs - 1) * 128);
+    const float their_m[2] = {ml.x, ml.y}, their_l[2] = {ml.z, ml.w};
+    float a[2], b[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mx = fmaxf(m[r], their_m[r]);
+      a[r] = weight(m[r], mx);
+      b[r] = weight(their_m[r], mx);
+      m[r] = mx;
+      l[r] = l[r] * a[r] + their_l[r] * b[r];
+    }
+#pragma unroll
+    for (int i = 0; i < kVecs - 1; ++i) {
+      const float4 v = __ldcg(theirs + i * 128);  // columns of row r = 0, then of row r = 1
+      o[4 * i] = o[4 * i] * a[0] + v.x * b[0];
+      o[4 * i + 1] = o[4 * i + 1] * a[0] + v.y * b[0];
+      o[4 * i + 2] = o[4 * i + 2] * a[1] + v.z * b[1];
+      o[4 * i + 3] = o[4 * i + 3] * a[1] + v.w * b[1];
+    }
+  }
+  return true;
 }
 
 }  // namespace topt::kernels::sm90

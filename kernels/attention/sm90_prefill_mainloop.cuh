@@ -31,16 +31,21 @@ namespace topt::kernels::sm90 {
 //   head), so all of them walk the same key blocks; each CTA's producer fetches 1/kCluster of every
 //   K and V block and multicasts it to all, so a block leaves L2 once per cluster, and a stage is
 //   refilled only once every CTA's consumers have released it.
+// kTail (non-causal, persistent): the tiles of the launch's last, partly filled round are split
+//   along their keys (plan_tail), each part a unit of the handout; the last part to finish merges
+//   the others' partial results from the workspace and stores the tile.
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kF16_, bool kPingPong_, bool kOverlap_, bool kSeparateO_,
-          int kCluster_ = 1>
+          int kCluster_ = 1, bool kTail_ = false>
 struct PrefillConfig {
   static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kStages = kStages_, kCluster = kCluster_;
   static constexpr bool kF16 = kF16_, kPingPong = kPingPong_, kOverlap = kOverlap_, kSeparateO = kSeparateO_;
+  static constexpr bool kTail = kTail_;
+  static_assert(!kTail || (kCluster == 1 && kSeparateO), "tail splits: single CTAs, output staged on its own");
   static constexpr int kBlockM = kPrefillBlockM;
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-  // 24 would spill the producer's loop state, 32 its cluster rank and cluster count (the register
-  // file holds 40 · 128 + 232 · 256, the launch's 168 per thread, exactly).
-  static constexpr int kProducerRegs = kCluster > 1 ? 40 : 32, kConsumerRegs = 232;
+  // 24 would spill the producer's loop state, 32 its cluster rank and cluster count, or with kTail
+  // its tile count (the register file holds 40 · 128 + 232 · 256, the launch's 168 per thread, exactly).
+  static constexpr int kProducerRegs = kCluster > 1 || kTail_ ? 40 : 32, kConsumerRegs = 232;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key block: a multiple of the wgmma K (16), at most 256");
@@ -135,10 +140,12 @@ __device__ __forceinline__ void init_barriers(const Bars<C>& b) {
 
 // What the producer tells the consumers with each Q: the tile it has decoded (m_block -1: no more
 // tiles) and the sequence bounds it has already read from global memory, which would otherwise cost
-// each consumer warp the decode's divisions and a dependent global round trip at every tile start.
+// each consumer warp the decode's divisions and a dependent global round trip at every tile start;
+// with kTail, which part of a split tile this is (TailUnit::split; -1: the whole tile).
 struct TileHandoff {
   PrefillTile tile;
   PrefillSeq seq;
+  int split;
 };
 static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it");
 
@@ -181,15 +188,17 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
   // The next tile with query rows in it (m_block -1: none left), with its sequence's bounds.
   auto next_job = [&] {
     while (t < p.num_tiles) {
-      const PrefillTile tile = decode_tile<kCausal, C::kCluster>(p, t, rank);
+      TailUnit unit{t, -1};
+      if constexpr (C::kTail) unit = tail_unit(p, t);
+      const PrefillTile tile = decode_tile<kCausal, C::kCluster>(p, unit.tile, rank);
       if (tile.batch != seq_batch) {
         seq = load_seq(p, tile.batch);
         seq_batch = tile.batch;
       }
       t = next_tile(t);
-      if ((tile.m_block - rank) * C::kBlockM < seq.len_q) return TileHandoff{tile, seq};
+      if ((tile.m_block - rank) * C::kBlockM < seq.len_q) return TileHandoff{tile, seq, unit.split};
     }
-    return TileHandoff{{-1, 0, 0}, seq};
+    return TileHandoff{{-1, 0, 0}, seq, -1};
   };
   // Key rows [row, row + kBlockN) of K or V (`map`) into the buffer at `dst`, once it is free.
   auto load_block = [&](uint32_t empty, uint32_t full, uint32_t phase, uint32_t dst, const CUtensorMap* map,
@@ -211,15 +220,22 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
                &p.tma_k, kv_head, row);
     pos.advance_k(is_first);
   };
+  auto key_range = [&](const TileHandoff& j) {
+    KeyRange<C::kBlockN, kCausal> range(j.tile.m_block, j.seq);
+    if constexpr (C::kTail)
+      if (j.split >= 0) range.restrict_to_part(j.split % p.tail_parts, p.tail_parts);
+    return range;
+  };
   auto load_first_k = [&](const TileHandoff& j) {
     if (j.tile.m_block < 0) return;
-    const KeyRange<C::kBlockN, kCausal> range(j.tile.m_block, j.seq);
-    if (range.n_end > 0) load_k(true, j.tile.head / p.group, j.seq.k_start + (range.n_end - 1) * C::kBlockN);
+    const KeyRange<C::kBlockN, kCausal> range = key_range(j);
+    if (range.n_end > range.n_begin)
+      load_k(true, j.tile.head / p.group, j.seq.k_start + (range.n_end - 1) * C::kBlockN);
   };
   TileHandoff job = next_job();
   load_first_k(job);
   while (job.tile.m_block >= 0) {
-    const KeyRange<C::kBlockN, kCausal> range(job.tile.m_block, job.seq);
+    const KeyRange<C::kBlockN, kCausal> range = key_range(job);
     const int kv_head = job.tile.head / p.group;
     mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
     handoff->tile.m_block = job.tile.m_block;
@@ -229,6 +245,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
     handoff->seq.len_q = job.seq.len_q;
     handoff->seq.k_start = job.seq.k_start;
     handoff->seq.len_k = job.seq.len_k;
+    if constexpr (C::kTail) handoff->split = job.split;
     mbar_arrive_expect_tx(bars.q_full(), C::kQBytes);
 #pragma unroll
     for (int h = 0; h < C::kHalves; ++h)
@@ -239,10 +256,11 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
       next = next_job();
       load_first_k(next);
     };
-    if (range.n_end == 0) take_next();  // no keys (the consumers still write O = 0 and lse = -inf)
-    const int second = max(range.n_end - 2, 0);  // n counts down: the block issued second
+    // No keys (the consumers still write O = 0 and lse = -inf, or an empty part's partial).
+    if (range.n_end == range.n_begin) take_next();
+    const int second = max(range.n_end - 2, range.n_begin);  // n counts down: the block issued second
     const int claim_at = kCausal ? min(kCausalClaimLead, second) : second;
-    for (int n = range.n_end - 1; n >= 0; --n) {
+    for (int n = range.n_end - 1; n >= range.n_begin; --n) {
       const int row = job.seq.k_start + n * C::kBlockN;
       if (n < range.n_end - 1) load_k(false, kv_head, row);
       load_block(bars.v_empty(pos.v.stage), bars.v_full(pos.v.stage), pos.v.phase,
@@ -433,7 +451,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     fence_regs(s);
     release_kv<C>(bars.k_empty(ks), lane);
     pos.advance_k(is_first);
-    if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
+    if (C::kSeparateO && n == range.n_begin) release(bars.q_empty(), lane);
     if (n >= range.n_masked) mask(s, n);
     softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
   };
@@ -443,7 +461,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     pack_p<C::kBlockN, C::kF16>(s, pf);
     RingPos<C::kStages> v_pos = pos.v;
     pos.v.advance();
-    for (--n; n >= 0; --n) {
+    for (--n; n >= range.n_begin; --n) {
       mbar_wait(bars.k_full(pos.k.stage), pos.k.phase);
       if constexpr (C::kPingPong) named_sync(my_turn, 256);
       issue_s<C>(s, q_desc, desc_advance(k_desc0, pos.k.stage * C::kKVBytes));
@@ -454,7 +472,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
       fence_regs(s);
       release_kv<C>(bars.k_empty(pos.k.stage), lane);
       pos.k.advance();
-      if (C::kSeparateO && n == 0) release(bars.q_empty(), lane);
+      if (C::kSeparateO && n == range.n_begin) release(bars.q_empty(), lane);
       if (n >= range.n_masked) mask(s, n);
       softmax_block<C::kBlockN>(s, m, l, alpha, p.scale_log2);
       fence_regs(s);  // the exponentials go here, under the P·V still in flight, not after the wait
@@ -482,7 +500,7 @@ __device__ __forceinline__ void consume_tile(const PrefillParams& p, uint32_t sm
     fence_regs(o);
     release_kv<C>(bars.v_empty(v_pos.stage), lane);
   } else {
-    for (int n = range.n_end - 1; n >= 0; --n) {
+    for (int n = range.n_end - 1; n >= range.n_begin; --n) {
       scores_alone(n);
       if (o_needs_rescale(alpha)) scale_o<C::kHeadDim>(o, alpha);
       pack_p<C::kBlockN, C::kF16>(s, pf);

@@ -3,6 +3,7 @@
 // functions on the same tile, so they agree on every loop trip count without talking.
 #pragma once
 #include <cuda.h>
+#include <cuda_runtime.h>  // float4
 
 #include <cstdint>
 
@@ -24,10 +25,16 @@ struct PrefillParams {
   int num_m_blocks;     // ceil(max_seq_q / 128), or with clusters the groups of a cluster's query tiles
   int num_hb;           // batch · heads
   int section;          // (batch, head) pairs whose tiles are interleaved (their K/V fit in L2 together)
-  int num_tiles;        // num_m_blocks · num_hb (with clusters: groups of tiles)
+  int num_tiles;        // units handed out: num_m_blocks · num_hb tiles (with clusters: groups of tiles),
+                        // the last ones split in tail_parts key ranges when the config has kTail
+  int tail_first;       // units from here on are parts: unit tail_first + s · tail_parts + j is part j of
+                        // tile tail_first + s (tail_first = num_tiles: no split)
+  int tail_parts;       // key ranges per split tile
   float scale;          // softmax scale
   float scale_log2;     // scale · log2(e): scores are exponentiated with exp2
   int* tile_counter;    // workspace: [next tile - gridDim.x, CTAs done]; zero between launches
+  int* tail_arrivals;   // workspace: per split tile and consumer warpgroup, its parts done so far; zero between launches
+  float4* tail_partials;  // workspace: per split unit and consumer warpgroup, its unnormalized O, row max and sum
 };
 
 struct PrefillTile {
@@ -69,12 +76,14 @@ __device__ __forceinline__ PrefillSeq load_seq(const PrefillParams& p, int batch
   return s;
 }
 
-// The key blocks [0, n_end) that a query tile visits, and the first block that needs a mask
+// The key blocks [n_begin, n_end) that a query tile visits, and the first block that needs a mask
 // (n >= n_masked: it runs past len_k, or crosses the causal diagonal for some row of the tile).
-// Causal is aligned bottom-right: query i sees keys j <= i + len_k - len_q.
+// Causal is aligned bottom-right: query i sees keys j <= i + len_k - len_q. A whole tile starts at
+// block 0; part j of a tile split in `parts` (non-causal) takes the j-th of `parts` near-equal
+// ranges of its blocks, which is empty when the tile has fewer blocks than parts.
 template <int kBlockN, bool kCausal>
 struct KeyRange {
-  int n_end, n_masked;
+  int n_begin = 0, n_end, n_masked;
   __device__ __forceinline__ KeyRange(int m_block, const PrefillSeq& s) {
     const int all = (s.len_k + kBlockN - 1) / kBlockN;
     n_masked = s.len_k / kBlockN;
@@ -87,6 +96,50 @@ struct KeyRange {
       n_masked = min(n_masked, (first_row + offset + 1) / kBlockN);
     }
   }
+  __device__ __forceinline__ void restrict_to_part(int part, int parts) {
+    static_assert(!kCausal, "only non-causal tiles are split: their key blocks cost the same");
+    const int all = n_end;
+    n_begin = all * part / parts;
+    n_end = all * (part + 1) / parts;
+  }
 };
+
+// Which unit of the handout order is which tile, and which part of it (-1: the whole tile; else
+// the unit's index past tail_first, s · tail_parts + j for part j of split tile s).
+struct TailUnit {
+  int tile, split;
+};
+__device__ __forceinline__ TailUnit tail_unit(const PrefillParams& p, int t) {
+  if (t < p.tail_first) return {t, -1};
+  const int split = t - p.tail_first;
+  return {p.tail_first + split / p.tail_parts, split};
+}
+
+// Wave quantization of the non-causal launch (host): tiles of equal cost go out to `ctas` persistent
+// CTAs in rounds, and the last round holds tiles % ctas of them while the other CTAs idle. Split
+// each tile of that round into P parts along its `key_blocks` keys, so that the parts fill CTAs
+// that would otherwise idle: the tail then costs key_blocks / P blocks plus what a part adds (a
+// pipeline start, its partial written, and for the last part to arrive the others' read and
+// merged), estimated at kTailPartCost + kTailMergeCost · (P - 1) blocks, instead of key_blocks.
+// Only P with all parts in one round (tiles % ctas · P <= ctas) and at least 2 blocks a part; no
+// split unless it saves a quarter of a tile.
+struct TailPlan {
+  int first, parts;  // tiles [first, tiles) are split in `parts` (parts 1: none)
+};
+constexpr int kTailMaxParts = 8;
+constexpr double kTailPartCost = 1.0, kTailMergeCost = 0.5;
+inline TailPlan plan_tail(int tiles, int ctas, int key_blocks) {
+  const int rest = tiles % ctas;
+  TailPlan plan{tiles, 1};
+  double best = 0.75 * key_blocks;
+  for (int parts = 2; parts <= kTailMaxParts && rest * parts <= ctas && 2 * parts <= key_blocks; ++parts) {
+    const double cost = double(key_blocks) / parts + kTailPartCost + kTailMergeCost * (parts - 1);
+    if (cost < best) {
+      best = cost;
+      plan = {tiles - rest, parts};
+    }
+  }
+  return plan;
+}
 
 }  // namespace topt::kernels::sm90

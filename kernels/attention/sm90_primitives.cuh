@@ -154,6 +154,26 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// named_sync that also returns whether `pred` was true in any of the `threads` threads.
+__device__ __forceinline__ bool named_sync_or(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred in, out;\nsetp.ne.u32 in, %1, 0;\nbar.red.or.pred out, %2, %3, in;\nselp.u32 %0, 1, 0, out;\n}\n"
+      : "=r"(any)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
+
+// ---- global memory ----
+// atomicAdd with release and acquire semantics at GPU scope: what this thread (and, through an
+// earlier barrier, its CTA) wrote is visible to whoever reads the result, and what the earlier
+// adders released is visible to this thread after it.
+__device__ __forceinline__ int atomic_add_acq_rel(int* ptr, int value) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(value) : "memory");
+  return old;
+}
 
 // ---- register reallocation between warpgroups (needs a register cap at kernel entry) ----
 template <int kRegs>

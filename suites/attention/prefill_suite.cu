@@ -466,6 +466,10 @@ void register_attention_prefill(Registry& registry) {
                                "ours_v2 + non-causal: 2-CTA clusters on adjacent query tiles of a head, each fetching "
                                "half of every K/V block and TMA-multicasting it to both, static tile order; causal "
                                "runs ours_v2"));
+  op.impls.push_back(ours_impl("ours_v2_tail", kernels::PrefillVariant::hopper_tail,
+                               "ours_v2 + non-causal: the tiles of the persistent grid's last, partly filled round "
+                               "split along their keys, the last part merging the others' partials; launches with no "
+                               "split and causal ones run ours_v2"));
   registry.add(std::move(op));
 }
 

@@ -33,8 +33,8 @@ Case prefill_case(const PrefillParam& s, DType dt) {
   return make_case("attention_prefill", p, dt);
 }
 
-const char* const kPrefillImpls[] = {"cudnn",   "unfused", "ours_v1", "ours_v2_ws", "ours_v2_pingpong",
-                                     "ours_v2", "ours_v3"};
+const char* const kPrefillImpls[] = {"cudnn",   "unfused", "ours_v1",  "ours_v2_ws", "ours_v2_pingpong",
+                                     "ours_v2", "ours_v3", "ours_v2_tail"};
 
 class PrefillGpuTest : public GpuTest {
  protected:
@@ -157,6 +157,25 @@ TEST_F(PrefillGpuTest, EveryLaunchIsRight) {
   auto problem = builtin_registry().find(c.op)->make_problem(c, 3, stream);
   const Reference ref = compute_reference(*problem, 0, stream);
   for (const char* impl : kPrefillImpls) check_impl(c, *problem, ref, impl, 3);
+}
+
+// ours_v2_tail on shapes whose last round it splits (on a 132-SM H100; the workspace grows only
+// then): every tile split in 2 (64 tiles), a ragged batch whose split tiles have fewer key blocks
+// than parts (empty parts) or lie past a sequence's end, and head_dim 64 in fp16. Three launches in
+// a row: the arrival counters must be left at zero.
+TEST_F(PrefillGpuTest, TailSplitsAreRightEveryLaunch) {
+  const OpDef* op = builtin_registry().find("attention_prefill");
+  const Impl* tail = op->find_impl("ours_v2_tail");
+  for (auto [s, dt] : {std::pair{PrefillParam{1, 1000, 0, "uniform", "none", 8, 2, 128}, DType::bf16},
+                       std::pair{PrefillParam{3, 700, 0, "ragged", "none", 8, 2, 128}, DType::bf16},
+                       std::pair{PrefillParam{1, 1100, 0, "uniform", "none", 6, 3, 64}, DType::f16}}) {
+    const Case c = prefill_case(s, dt);
+    auto problem = op->make_problem(c, 11, stream);
+    const Reference ref = compute_reference(*problem, 0, stream);
+    if (!check_impl(c, *problem, ref, "ours_v2_tail", 3)) continue;
+    if (std::unique_ptr<Instance> inst = tail->prepare(*problem, c, stream); inst->workspace_bytes() <= 8)
+      std::cout << "  [ours_v2_tail splits no tile of " << c.label() << " on this GPU]\n";
+  }
 }
 
 TEST_F(PrefillGpuTest, UnfusedReportsItsQuadraticWorkspace) {
