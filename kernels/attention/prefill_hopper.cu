@@ -14,6 +14,7 @@
 // at 1.3-1.7 GHz), so every instruction and shared-memory byte saved also buys clock.
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -221,14 +222,16 @@ void launch_prefill_hopper_clusters(const PrefillParams& p, cudaStream_t stream)
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  // Asked once per kernel: it depends on the device and the kernel's resources only.
-  static const int max_clusters = [&] {
-    int n = 0;
+  // Asked once per kernel and device: it depends on the device and the kernel's resources only.
+  static std::map<int, int> max_clusters_on;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int& max_clusters = max_clusters_on[dev];
+  if (max_clusters == 0) {
     config.gridDim = dim3(C::kCluster);
-    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
-    if (n < 1) throw std::runtime_error("prefill_hopper: no cluster of this kernel fits on the device");
-    return n;
-  }();
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &config));
+    if (max_clusters < 1) throw std::runtime_error("prefill_hopper: no cluster of this kernel fits on the device");
+  }
   config.gridDim = dim3(C::kCluster * std::min(p.num_tiles, max_clusters));
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
