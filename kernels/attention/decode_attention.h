@@ -30,7 +30,8 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 // mma_v2 adds a 3-stage pipeline with one sync per tile, a warp-parallel split combine and a planner
 // that aims for whole waves; mma_v2_2stage is the same with 2 stages (3 blocks per SM, not 2).
 // tma (sm_90+): the mma_v2 math fed by a producer warp through TMA and per-stage mbarriers; the
-// plan picks 3 stages at 2 blocks per SM or 6 at 1.
+// plan picks 3 stages and 4 consumer warps at 2 blocks per SM, or 6 stages and 8 warps (two sets of
+// 4 on alternate tiles) at 1.
 enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma };
 
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
@@ -43,6 +44,7 @@ struct DecodePlan {
   int split_tokens = 0;     // tokens per split, a multiple of the block's tile
   int blocks_per_sm = 0;
   int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
+  int consumer_warps = 4;   // tma: warps on the math (4, or 8 with the deep ring)
   size_t workspace_bytes = 0;  // partial outputs and combine counters; 0 when splits == 1
   std::string describe() const;
 };

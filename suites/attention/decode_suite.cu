@@ -428,7 +428,8 @@ void register_attention_decode(Registry& registry) {
                                "SM)"));
   op.impls.push_back(ours_impl("ours_v3", kernels::DecodeVariant::tma,
                                "ours_v2's math fed by a producer warp: TMA page loads into mbarrier stages that each "
-                               "warp releases on its own; 6 stages at 1 block per SM or 3 at 2, by the plan"));
+                               "warp releases on its own; by the plan, 6 stages and 8 math warps at 1 block per SM or 3 "
+                               "stages and 4 warps at 2"));
   registry.add(std::move(op));
 }
 
