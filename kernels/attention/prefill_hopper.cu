@@ -151,10 +151,10 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace, const W
     if (reinterpret_cast<uintptr_t>(ptr) % 16)
       throw std::invalid_argument("prefill_hopper: q, k, v and o must be 16-byte aligned (TMA, 16-byte stores)");
   if (workspace == nullptr) throw std::invalid_argument("prefill_hopper: needs its workspace (tile counters)");
-  int dev = 0, sms = 0, l2_bytes = 0;
+  int dev = 0, l2_bytes = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
+  const int sms = device_sms();
 
   PrefillParams p{};
   const bool f16 = a.dtype == DType::f16;
