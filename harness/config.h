@@ -38,9 +38,8 @@ enum class TimerKind { cuda_event, cupti_activity };
 // The L2 before each timed launch. cold: nvbench's memset flush, which leaves the L2 full of dirty
 // lines that the launch pays to write back (up to the L2's size in extra DRAM writes). cold_clean:
 // flushed by reading a 2×L2 buffer twice (Timer::evict_l2), so the L2 holds only clean lines of no
-// use to the launch and nothing dirty; for reading
-// ops whose outputs are far smaller than the L2 (an output that fits would stay there unwritten when
-// the stop event fires). hot: no flush.
+// use to the launch; for reading ops whose outputs are far smaller than the L2 (an output that fits
+// would stay there unwritten when the stop event fires). hot: no flush.
 enum class CacheMode { cold, cold_clean, hot };
 
 struct MeasureSettings {
