@@ -260,10 +260,10 @@ template <class T>
 __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place) {
   if (p.splits == 1) {
     T* o = static_cast<T*>(p.o) + place.first_row * kHeadDim;
-    for (int i = threadIdx.x; i < place.rows * kHeadDim; i += kThreads) o[i] = from_f32<T>(0.f);
+    for (int i = threadIdx.x; i < place.rows * kHeadDim; i += blockDim.x) o[i] = from_f32<T>(0.f);
     return;
   }
-  for (int r = threadIdx.x; r < place.rows; r += kThreads)
+  for (int r = threadIdx.x; r < place.rows; r += blockDim.x)
     p.partial_lse[(place.first_row + r) * p.splits + place.split] = -INFINITY;
 }
 
@@ -680,6 +680,10 @@ constexpr int kStagesTmaDeep = 6;
 constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is __syncthreads)
 // W consumer warps, then the producer warp. W = 2 · kWarps: the two halves take alternate tiles.
 constexpr int tma_threads(int W) { return 32 * W + 32; }
+// The deep ring runs at 1 block per SM, where 4 consumer warps would leave each scheduler one warp to
+// issue from: it takes 8 (H100: GQA b1 × 32k page 128 55.7 → 54.0 µs, MHA b1 × 4k 31.0 → 30.1;
+// within ±0.7% elsewhere).
+constexpr int tma_consumer_warps(int stages) { return stages == kStagesTmaDeep ? 2 * kWarps : kWarps; }
 
 template <class T, int S, int W>
 __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p) {
@@ -780,8 +784,7 @@ using IntTag = std::integral_constant<int, R>;
 // Calls f(kernel, dynamic shared bytes, threads) for the variant, dtype, rows per block and (tma)
 // pipeline stages and consumer warps.
 template <class F>
-void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int tma_stages, int consumer_warps,
-                     F&& f) {
+void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int tma_stages, F&& f) {
   dispatch_half_dtype(dtype, [&](auto type) {
     using T = typename decltype(type)::type;
     if (variant == DecodeVariant::mma)
@@ -792,13 +795,12 @@ void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int
     if (variant == DecodeVariant::mma_v2_2stage)
       return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes, kThreads);
     if (variant == DecodeVariant::tma) {
-      auto tma = [&](auto stages, auto warps) {
-        constexpr int S = decltype(stages)::value, W = decltype(warps)::value;
+      auto tma = [&](auto stages) {
+        constexpr int S = decltype(stages)::value, W = tma_consumer_warps(S);
         f(decode_tma_kernel<T, S, W>, TmaLayout<S, W>::bytes, tma_threads(W));
       };
-      if (tma_stages == kStagesTma) return tma(IntTag<kStagesTma>{}, IntTag<kWarps>{});
-      if (consumer_warps == kWarps) return tma(IntTag<kStagesTmaDeep>{}, IntTag<kWarps>{});
-      return tma(IntTag<kStagesTmaDeep>{}, IntTag<2 * kWarps>{});
+      if (tma_stages == kStagesTmaDeep) return tma(IntTag<kStagesTmaDeep>{});
+      return tma(IntTag<kStagesTma>{});
     }
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
@@ -834,7 +836,9 @@ std::string DecodePlan::describe() const {
                      : variant == DecodeVariant::tma           ? "tma"
                                                                : "simt";
   return std::string(name) +
-         (variant == DecodeVariant::tma ? " stages=" + std::to_string(tma_stages) + " warps=" + std::to_string(consumer_warps) : "") +
+         (variant == DecodeVariant::tma ? " stages=" + std::to_string(tma_stages) +
+                                              " warps=" + std::to_string(tma_consumer_warps(tma_stages))
+                                        : "") +
          " rows_per_block=" +
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
          " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
@@ -883,12 +887,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     const int64_t uniform_len = int64_t(kv.batch) * shape.max_len;
     const bool near_uniform = shape.total_len <= 0 || shape.total_len * 10 >= uniform_len * 9;
     plan.tma_stages = plan.row_blocks == 1 && groups <= sm_count && near_uniform ? kStagesTmaDeep : kStagesTma;
-    // 8 consumer warps with the deep ring, where 1 block runs per SM and 4 would leave each
-    // scheduler one warp to issue from (H100: GQA b1 × 32k page 128 55.7 → 54.0 µs, MHA b1 × 4k
-    // 31.0 → 30.1; within ±0.7% elsewhere).
-    plan.consumer_warps = plan.tma_stages == kStagesTmaDeep ? 2 * kWarps : kWarps;
   }
-  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, plan.tma_stages, plan.consumer_warps,
+  dispatch_kernel(variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
                   [&](auto* kernel, size_t smem, int threads) {
                     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
                     CUDA_CHECK(
@@ -967,7 +967,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
   }
   const dim3 grid(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads));
-  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block, plan.tma_stages, plan.consumer_warps,
+  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
                   [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
   CUDA_CHECK_LAUNCH();
 }

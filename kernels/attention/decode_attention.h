@@ -44,7 +44,6 @@ struct DecodePlan {
   int split_tokens = 0;     // tokens per split, a multiple of the block's tile
   int blocks_per_sm = 0;
   int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
-  int consumer_warps = 4;   // tma: warps on the math (4, or 8 with the deep ring)
   size_t workspace_bytes = 0;  // partial outputs and combine counters; 0 when splits == 1
   std::string describe() const;
 };
