@@ -46,12 +46,9 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
     const PrefillTile tile{handoff->tile.m_block, handoff->tile.head, handoff->tile.batch};
     if (tile.m_block < 0) break;
     const PrefillSeq seq{handoff->seq.q_start, handoff->seq.len_q, handoff->seq.k_start, handoff->seq.len_k};
-    KeyRange<C::kBlockN, kCausal> range(tile.m_block, seq);
     int split = -1;
-    if constexpr (C::kTail) {
-      split = handoff->split;
-      if (split >= 0) range.restrict_to_part(split % p.tail_parts, p.tail_parts);
-    }
+    if constexpr (C::kTail) split = handoff->split;
+    const KeyRange<C::kBlockN, kCausal> range = tile_key_range<C, kCausal>(p, tile.m_block, seq, split);
     float o[C::kHeadDim / 2];
 #pragma unroll
     for (int i = 0; i < C::kHeadDim / 2; ++i) o[i] = 0.f;

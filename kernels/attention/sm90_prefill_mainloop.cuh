@@ -149,6 +149,17 @@ struct TileHandoff {
 };
 static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it");
 
+// The key blocks a handed-out tile visits, for the producer and the consumers alike: all of its
+// blocks, or with kTail, the part `split` names (-1: the whole tile).
+template <class C, bool kCausal>
+__device__ __forceinline__ KeyRange<C::kBlockN, kCausal> tile_key_range(const PrefillParams& p, int m_block,
+                                                                       const PrefillSeq& seq, int split) {
+  KeyRange<C::kBlockN, kCausal> range(m_block, seq);
+  if constexpr (C::kTail)
+    if (split >= 0) range.restrict_to_part(split % p.tail_parts, p.tail_parts);
+  return range;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Producer: one thread. Tiles come from a dynamic scheduler: a CTA starts with tile blockIdx.x, then
 // takes gridDim.x + (a global counter's next value), fetched one tile ahead so the atomic's latency
@@ -220,22 +231,16 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
                &p.tma_k, kv_head, row);
     pos.advance_k(is_first);
   };
-  auto key_range = [&](const TileHandoff& j) {
-    KeyRange<C::kBlockN, kCausal> range(j.tile.m_block, j.seq);
-    if constexpr (C::kTail)
-      if (j.split >= 0) range.restrict_to_part(j.split % p.tail_parts, p.tail_parts);
-    return range;
-  };
   auto load_first_k = [&](const TileHandoff& j) {
     if (j.tile.m_block < 0) return;
-    const KeyRange<C::kBlockN, kCausal> range = key_range(j);
+    const auto range = tile_key_range<C, kCausal>(p, j.tile.m_block, j.seq, j.split);
     if (range.n_end > range.n_begin)
       load_k(true, j.tile.head / p.group, j.seq.k_start + (range.n_end - 1) * C::kBlockN);
   };
   TileHandoff job = next_job();
   load_first_k(job);
   while (job.tile.m_block >= 0) {
-    const KeyRange<C::kBlockN, kCausal> range = key_range(job);
+    const auto range = tile_key_range<C, kCausal>(p, job.tile.m_block, job.seq, job.split);
     const int kv_head = job.tile.head / p.group;
     mbar_wait(bars.q_empty(), (tiles & 1) ^ 1);
     handoff->tile.m_block = job.tile.m_block;
