@@ -305,13 +305,15 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
   }
 }
 
-// v2: the same combine, parallel and in one pass: 16 threads per row (8 dims each) walk the splits
-// 8 at a time, loading their log-sum-exps and partial outputs together (one L2 round trip per 8
-// splits instead of a pass for the weights and another for the outputs), and merge them online.
-template <class T>
+// v2: the same combine, parallel and in one pass: kThreadsPerRow threads per row walk the splits
+// kBatch at a time, loading their log-sum-exps and partial outputs together (one L2 round trip per
+// batch instead of a pass for the weights and another for the outputs), and merge them online.
+// 16 threads a row take 8 splits a round trip; 32 (blocks of 8 consumer warps, whose GQA rows then
+// still fit one pass) take 16 for the same registers.
+template <class T, int kThreadsPerRow = 16>
 __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace& place) {
   if (!is_last_split(p, place)) return;
-  constexpr int kThreadsPerRow = 16, kDims = kHeadDim / kThreadsPerRow, kBatch = 8;
+  constexpr int kDims = kHeadDim / kThreadsPerRow, kBatch = kThreadsPerRow / 2;
   const int rows_per_pass = blockDim.x / kThreadsPerRow, sub = threadIdx.x % kThreadsPerRow;
   const int splits = p.splits;
   for (int r = threadIdx.x / kThreadsPerRow; r < place.rows; r += rows_per_pass) {
@@ -772,7 +774,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
   } else {
     write_empty_split<T>(p, place);
   }
-  if (p.splits > 1) combine_if_last_split_v2<T>(p, place);
+  if (p.splits > 1) combine_if_last_split_v2<T, W == kWarps ? 16 : 32>(p, place);
 #else
   __trap();  // built without sm_90 code: TMA is not there
 #endif
