@@ -26,7 +26,7 @@ constexpr int kRefHeads = 8;  // query heads one reference block takes, reading 
 // The values of a case's axes.
 struct DecodeCase {
   int batch, context, q_len, heads, kv_heads, head_dim, page_size;
-  bool ragged;
+  bool ragged, sequential_pages;
   DType dtype;
 
   explicit DecodeCase(const Case& c)
@@ -38,6 +38,7 @@ struct DecodeCase {
         head_dim(int(c.params.i("head_dim"))),
         page_size(int(c.params.i("page_size"))),
         ragged(c.params.s("lengths") == "ragged"),
+        sequential_pages(c.params.s("page_order") == "sequential"),
         dtype(c.dtype) {}
 
   double scale() const { return 1.0 / std::sqrt(double(head_dim)); }
@@ -147,11 +148,12 @@ class DecodeProblem : public Problem {
         max_pages(int(kernels::KvCacheManager::pages_for(shape.context, shape.page_size))),
         q(c.dtype, {shape.batch, shape.heads, shape.q_len, shape.head_dim}, "q"),
         o(c.dtype, {shape.batch, shape.heads, shape.q_len, shape.head_dim}, "o") {
-    // Pages handed out from a shuffled free list: every table is scattered over the pool, and a
-    // few spare pages sit in it unread.
+    // Pages handed out from a shuffled free list (a server's pool after churn): every table is
+    // scattered over the pool. Or in order (a fresh pool): each sequence's pages follow one another.
+    // A few spare pages sit in the pool unread.
     int pages = shape.batch;
     for (int len : lens) pages += int(kernels::KvCacheManager::pages_for(len, shape.page_size));
-    kernels::KvCacheManager cache(pages, shape.page_size, seed | 1);
+    kernels::KvCacheManager cache(pages, shape.page_size, shape.sequential_pages ? 0 : seed | 1);
     std::vector<int> seqs;
     for (int len : lens) {
       seqs.push_back(cache.add_sequence());
@@ -373,12 +375,17 @@ void register_attention_decode(Registry& registry) {
       {"heads", Axis::Kind::integer, std::nullopt, "query heads"},
       {"kv_heads", Axis::Kind::integer, std::nullopt, "KV heads (GQA: fewer than heads)"},
       {"head_dim", Axis::Kind::integer, Value(int64_t(128)), "dims per head"},
-      {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page: 16, 32, 64, 128 or 256"}};
+      {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page: 16, 32, 64, 128 or 256"},
+      {"page_order", Axis::Kind::string, Value(std::string("shuffled")),
+       "shuffled: tables scattered over the pool (after churn); sequential: each sequence's pages in a row"}};
   op.dtypes = {DType::bf16, DType::f16};
   op.baseline = "cudnn";
   op.invalid = [](const Case& c) -> std::string {
     const std::string& lengths = c.params.s("lengths");
     if (lengths != "uniform" && lengths != "ragged") return "lengths=" + lengths + ": expected uniform or ragged";
+    const std::string& order = c.params.s("page_order");
+    if (order != "shuffled" && order != "sequential")
+      return "page_order=" + order + ": expected shuffled or sequential";
     const DecodeCase s(c);
     if (s.batch < 1 || s.heads < 1 || s.kv_heads < 1 || s.head_dim < 1) return "batch and head counts must be >= 1";
     if (s.heads % s.kv_heads) return "heads must be a multiple of kv_heads";

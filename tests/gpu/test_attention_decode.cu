@@ -88,6 +88,16 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
   }
 }
 
+// Tables whose pages follow one another (a fresh pool), as the sweep's page_order=sequential rows.
+TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
+  Case c = decode_case({4, 3000, "ragged", 1, 64, 8, 16}, DType::bf16);
+  c.params.set("page_order", std::string("sequential"));
+  for (const char* impl : {"ours_v3", "gather_cublas"}) {
+    CheckResult r = run_and_check(c, impl);
+    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+  }
+}
+
 TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
   Case c = decode_case({3, 1000, "ragged", 2, 16, 4, 32}, DType::bf16);
   CheckResult on_cpu = run_and_check(c, "ours", 11, int64_t(1) << 30);

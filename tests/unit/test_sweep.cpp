@@ -66,6 +66,21 @@ TEST(Sweep, InvalidCaseIsAConfigError) {
   EXPECT_THROW(plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 0, hidden: 8}\n"), ConfigError);
 }
 
+TEST(Sweep, DecodePageOrderIsAnAxisAndChecked) {
+  const std::string axes = "ops:\n  - op: attention_decode\n    axes: {batch: 1, context: 64, heads: 2, kv_heads: 1, ";
+  auto plan = plan_of(axes + "page_order: [shuffled, sequential]}\n");
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_NE(plan[0].c.label().find("page_order=shuffled"), std::string::npos) << plan[0].c.label();
+  EXPECT_NE(plan[1].c.label().find("page_order=sequential"), std::string::npos) << plan[1].c.label();
+  try {
+    plan_of(axes + "page_order: backwards}\n");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("page_order=backwards: expected shuffled or sequential"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Sweep, BaselineFirstAndUnsupportedReasons) {
   auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: [8, 200000]}\n");
   ASSERT_EQ(plan.size(), 2u);
