@@ -34,6 +34,9 @@ struct Case {
 struct Cost {
   double flops = 0;
   double bytes = 0;
+  // The bytes are (nearly) all reads: the bandwidth ceiling is the measured read rate, not the
+  // copy rate (MeasuredPeaks).
+  bool reads_only = false;
 };
 
 // A parameter an op takes; the config's axes are checked against these.

@@ -115,6 +115,7 @@ Json row_to_json(const ResultRow& r) {
   j["rel_error"] = opt(r.rel_error);
   j["flops"] = r.flops;
   j["bytes"] = r.bytes;
+  if (!r.bandwidth_ceiling.empty()) j["bandwidth_ceiling"] = r.bandwidth_ceiling;
   j["sm_clock_mhz"] = opt(r.sm_clock_mhz);
   j["throttled"] = r.throttled;
   j["noisy"] = r.noisy;
@@ -154,6 +155,7 @@ ResultRow row_from_json(const Json& j) {
   r.rel_error = opt_from(j, "rel_error");
   r.flops = j.value("flops", 0.0);
   r.bytes = j.value("bytes", 0.0);
+  r.bandwidth_ceiling = j.value("bandwidth_ceiling", "");
   r.sm_clock_mhz = opt_from(j, "sm_clock_mhz");
   r.throttled = j.value("throttled", false);
   r.noisy = j.value("noisy", false);

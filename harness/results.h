@@ -34,6 +34,7 @@ struct ResultRow {
   // [lo, hi] covers the median of those round speedups with >= 95% probability (stats.h).
   std::optional<double> speedup_lo, speedup_hi;
   double flops = 0, bytes = 0;           // the op's model for this case
+  std::string bandwidth_ceiling;         // "read" or "copy": the measured rate pct_of_peak's bandwidth is of
   std::optional<double> sm_clock_mhz;    // median SM clock sampled while timing (NVML)
   bool throttled = false;                // some clock samples fell below the throttle threshold
   bool noisy = false;                    // the noise target was not reached before the time cap

@@ -192,6 +192,7 @@ class SweepRunner {
     r.dtype = dtype_name(pc.c.dtype);
     r.flops = pc.cost.flops;
     r.bytes = pc.cost.bytes;
+    if (r.bytes > 0) r.bandwidth_ceiling = pc.cost.reads_only ? "read" : "copy";
     r.command = fmt::format("topt run {} --filter {}", shell_quote(cfg_.path),
                             shell_quote("^" + regex_escape(pc.c.name(pi.impl->name)) + "$"));
     return r;
@@ -394,7 +395,7 @@ class SweepRunner {
     double seconds = meas.stats.median * 1e-6;
     if (r.flops > 0) r.tflops = r.flops / seconds / 1e12;
     if (r.bytes > 0) r.gbps = r.bytes / seconds / 1e9;
-    r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops);
+    r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops, r.bandwidth_ceiling == "read");
     r.status = Status::ok;
     if (size_t ws = c.inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
     for (auto& [name, value] : c.inst->metrics()) r.metrics[name] = metric_json(value);

@@ -141,8 +141,16 @@ def swept_axis(rows):
     return best
 
 
+def bandwidth_peak(rows, peaks):
+    """The measured DRAM rate the rows' bandwidth is held against: the read rate when every row's
+    traffic is reads (bandwidth_ceiling "read") and the run measured it, else the copy rate."""
+    if rows and peaks.get("dram_read_GBps") and all(r.get("bandwidth_ceiling") == "read" for r in rows):
+        return peaks["dram_read_GBps"], "DRAM read"
+    return peaks.get("dram_copy_GBps"), "DRAM copy"
+
+
 def throughput_chart(rep, op, rows, peaks, memory_bound):
-    metric, unit, peak = ("gbps", "GB/s", peaks.get("dram_copy_GBps")) if memory_bound else \
+    metric, unit, peak = ("gbps", "GB/s", bandwidth_peak(rows, peaks)[0]) if memory_bound else \
         ("tflops", "TFLOP/s", peaks.get("bf16_gemm_TFLOPs"))
     axis_chart(rep, op, rows, "throughput", unit, f"achieved {unit}", lambda r: r.get(metric), peak,
                f"measured peak {peak:.0f} {unit}" if peak else None)
@@ -209,7 +217,7 @@ def axis_chart(rep, op, rows, kind, what, ylabel, value, ceiling=None, ceiling_l
 
 
 def roofline_chart(rep, op, rows, peaks):
-    bw, compute = peaks.get("dram_copy_GBps"), peaks.get("bf16_gemm_TFLOPs")
+    (bw, bw_name), compute = bandwidth_peak(rows, peaks), peaks.get("bf16_gemm_TFLOPs")
     pts = [r for r in rows if r["flops"] > 0 and r["bytes"] > 0 and r.get("tflops")]
     if not pts:
         return rep.skip(op, "roofline", "its rows declare no FLOPs (or no bytes)")
@@ -222,7 +230,7 @@ def roofline_chart(rep, op, rows, peaks):
     hi = max(max(intensity), ridge) * 4
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(compute, x * bw / 1e3) for x in xs], color="black", linewidth=1.5,
-            label=f"measured ceilings: {bw:.0f} GB/s DRAM copy, {compute:.0f} TFLOP/s bf16 GEMM")
+            label=f"measured ceilings: {bw:.0f} GB/s {bw_name}, {compute:.0f} TFLOP/s bf16 GEMM")
     markers = "os^Dv<>pPX*h"
     for i, impl in enumerate(OrderedDict.fromkeys(r["impl"] for r in pts)):
         mine = [r for r in pts if r["impl"] == impl]

@@ -402,7 +402,8 @@ void register_attention_decode(Registry& registry) {
       for (int t = 0; t < s.q_len; ++t) keys += len - s.q_len + 1 + t;
     }
     const double qo = 2.0 * s.batch * s.heads * s.q_len * s.head_dim;
-    return Cost{4.0 * keys * s.heads * s.head_dim, (2.0 * resident * s.kv_heads * s.head_dim + qo) * esize};
+    // The cache is read; only the queries' outputs are written (a few KB).
+    return Cost{4.0 * keys * s.heads * s.head_dim, (2.0 * resident * s.kv_heads * s.head_dim + qo) * esize, true};
   };
   op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
     return std::make_unique<DecodeProblem>(c, seed, s);

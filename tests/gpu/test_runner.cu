@@ -45,7 +45,12 @@ ops:
       EXPECT_LE(*r.speedup_lo, *r.speedup_hi);
       EXPECT_GT(*r.speedup_lo, 0);
     }
+    EXPECT_EQ(r.bandwidth_ceiling, "copy");  // RMSNorm writes what it reads
   }
+  // Both DRAM ceilings are measured; reading alone moves bytes at least about as fast as a copy.
+  const Json& peaks = f.context["measured_peaks"];
+  ASSERT_TRUE(peaks["dram_copy_GBps"].is_number() && peaks["dram_read_GBps"].is_number()) << peaks.dump();
+  EXPECT_GT(peaks["dram_read_GBps"].get<double>(), 0.9 * peaks["dram_copy_GBps"].get<double>()) << peaks.dump();
   fs::remove_all(opt.out_dir);
 }
 

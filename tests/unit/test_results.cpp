@@ -47,6 +47,7 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   f.rows[1].reason = "rel_error 1e-1";
   f.rows[1].time_us.reset();
   f.rows[0].speedup_lo = 0.96;
+  f.rows[0].bandwidth_ceiling = "read";
   std::string path = (dir / "results.json").string();
   write_results_json(path, f);
   ResultsFile g = read_results_json(path);
@@ -61,6 +62,8 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   EXPECT_DOUBLE_EQ(*g.rows[0].speedup_lo, 0.96);
   EXPECT_FALSE(g.rows[0].speedup_hi.has_value());
   EXPECT_TRUE(g.rows[0].is_baseline);
+  EXPECT_EQ(g.rows[0].bandwidth_ceiling, "read");
+  EXPECT_EQ(g.rows[1].bandwidth_ceiling, "");
   EXPECT_EQ(g.rows[1].status, Status::check_failed);
   EXPECT_FALSE(g.rows[1].time_us.has_value());
   EXPECT_EQ(g.rows[1].reason, "rel_error 1e-1");
