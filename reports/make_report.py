@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+import textwrap
 from collections import OrderedDict
 
 SCHEMA = "topt.results/1"
@@ -186,7 +187,7 @@ def axis_chart(rep, op, rows, kind, what, ylabel, value, ceiling=None, ceiling_l
     shown = panels[:MAX_PANELS]
     cols = min(3, len(shown))
     nrows = math.ceil(len(shown) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols + 1.6, 3.5 * nrows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols + 1.6, 3.9 * nrows), squeeze=False, sharey=True)
     impls = list(OrderedDict.fromkeys(r["impl"] for r in rows))
     colors = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
     xs_all = [r["params"][axis] for r in rows]
@@ -202,7 +203,8 @@ def axis_chart(rep, op, rows, kind, what, ylabel, value, ceiling=None, ceiling_l
             set_log_axis(ax, "x", xs_all)
         if spans_decades(ys_all):
             ax.set_yscale("log")
-        ax.set_title(panel)
+        # Panel names list every parameter that varies: wrapped, so that neighbours' titles do not overlap.
+        ax.set_title("\n".join(textwrap.wrap(panel.replace(",", ", "), 60, break_on_hyphens=False)), fontsize=8)
         ax.set_xlabel(axis)
     for ax in axes.flat[len(shown):]:
         ax.set_visible(False)
