@@ -1,6 +1,7 @@
 // Decode attention over paged caches: every implementation against the reference on scattered
 // block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len; the split-KV combine
 // across repeated launches. append_kv and gather_kv: test_kv_append.cu.
+#include "kernels/attention/decode_attention.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace topt::testing {
@@ -96,6 +97,23 @@ TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
     CheckResult r = run_and_check(c, impl);
     EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
   }
+}
+
+// A ragged batch's longest sequence is cut into splits no longer than a block slot's share of the
+// batch's work, and no shorter than 4096 tokens; a uniform batch of the same longest length is not.
+TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
+  kernels::PagedKv kv;
+  kv.batch = 16;
+  kv.kv_heads = 32;
+  kv.head_dim = 128;
+  kv.page_size = 16;
+  const kernels::DecodeShape uniform{32, 1, 32768, 16 * 32768};
+  const kernels::DecodeShape ragged{32, 1, 32768, 32768 + 15 * 12000};
+  const auto u = kernels::plan_decode(kv, uniform, kernels::DecodeVariant::tma);
+  const auto r = kernels::plan_decode(kv, ragged, kernels::DecodeVariant::tma);
+  EXPECT_LT(r.split_tokens, 32768) << r.describe();
+  EXPECT_GE(r.split_tokens, 4096) << r.describe();
+  EXPECT_GT(r.splits, u.splits) << r.describe() << " | " << u.describe();
 }
 
 TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
