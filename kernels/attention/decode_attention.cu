@@ -50,7 +50,11 @@ constexpr int kMaxSplitPagesV2 = 1040;
 // splits and 2 waves: 723 µs against 707 at page 128, NOTES.md).
 constexpr int kMaxSplitPagesTma = 2049;
 constexpr double kMinWaveEfficiencyV2 = 0.95;
-constexpr int kMinRaggedSplitTiles = 64;  // 4096 tokens: the shortest split that ragged batches are cut to
+// The shortest split that ragged batches are cut to: 4096 tokens, or 512 when the groups fill at
+// most half the SMs (a few long sequences beside short ones: the work is too small to share out in
+// 4096-token pieces).
+constexpr int kMinRaggedSplitTiles = 64;
+constexpr int kMinRaggedSplitTilesFewGroups = 8;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
 constexpr int kQHalfSkew = 4;
@@ -885,11 +889,15 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
   const int64_t uniform_len = int64_t(kv.batch) * shape.max_len;
   const bool near_uniform = shape.total_len <= 0 || shape.total_len * 10 >= uniform_len * 9;
+  const bool few_groups = 2 * groups <= sm_count;
   if (tma) {
     // Measured on the H100 (kernels/attention/NOTES.md): 1 block per SM with 6 stages wins when
     // the groups fit one wave of it and their lengths are about equal (it then needs half the
-    // splits); 2 blocks per SM win with many groups, several row blocks or ragged lengths.
-    plan.tma_stages = plan.row_blocks == 1 && groups <= sm_count && near_uniform ? kStagesTmaDeep : kStagesTma;
+    // splits), and with ragged lengths when the groups fill at most half the SMs (GQA 4 × 32k
+    // ragged 68.0 → 62.4 µs, with short splits); 2 blocks per SM win with many groups, several row
+    // blocks or ragged lengths (GQA 16 × 4k ragged 56.2 against 65.9).
+    const bool deep = near_uniform ? groups <= sm_count : few_groups;
+    plan.tma_stages = plan.row_blocks == 1 && deep ? kStagesTmaDeep : kStagesTma;
   }
   dispatch_kernel(variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
                   [&](auto* kernel, size_t smem, int threads) {
@@ -906,12 +914,13 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
   if (tma && !near_uniform) {
     // Ragged: a split longer than a block slot's average share of the batch's work finishes last,
-    // while the slots that held short sequences idle; splits of at least kMinRaggedSplitTiles keep
-    // the extra blocks' prologues and combines small. H100, ragged batches of 16: MHA × 32k 1388 →
-    // 1349 µs, GQA × 32k 357 → 353; MHA batch 4 × 32k 225 → 185; the 4k batches unchanged (a floor
-    // of 8 tiles cost MHA 16 × 4k 3%, one of 128 cost GQA 16 × 32k 6%).
+    // while the slots that held short sequences idle; a floor on the split keeps the extra blocks'
+    // prologues and combines small. H100, ragged batches of 16: MHA × 32k 1388 → 1349 µs, GQA ×
+    // 32k 357 → 353; MHA batch 4 × 32k 225 → 185; the 4k batches unchanged (a floor of 8 tiles
+    // cost MHA 16 × 4k 3%, one of 128 cost GQA 16 × 32k 6%).
     const double work_tiles = double(shape.total_len) / kTile * kv.kv_heads * plan.row_blocks;
-    max_split_tiles = std::min(max_split_tiles, std::max(kMinRaggedSplitTiles, int(std::ceil(work_tiles / slots))));
+    const int floor_tiles = few_groups ? kMinRaggedSplitTilesFewGroups : kMinRaggedSplitTiles;
+    max_split_tiles = std::min(max_split_tiles, std::max(floor_tiles, int(std::ceil(work_tiles / slots))));
   }
   const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
   double best_efficiency = -1;
