@@ -100,7 +100,8 @@ TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
 }
 
 // A ragged batch's longest sequence is cut into splits no longer than a block slot's share of the
-// batch's work, and no shorter than 4096 tokens; a uniform batch of the same longest length is not.
+// batch's work and, with this many groups, no shorter than 4096 tokens; a uniform batch of the same
+// longest length is cut less.
 TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
   kernels::PagedKv kv;
   kv.batch = 16;
