@@ -38,6 +38,16 @@ struct Unsupported : std::runtime_error {
     if (topt_err_ != cudaSuccess) ::topt::throw_cuda(topt_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
+namespace topt {
+// The current device's SM count (what grids and split plans are sized against).
+inline int current_device_sm_count() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+}  // namespace topt
+
 // After a kernel launch: catches bad launch configurations without synchronizing.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 

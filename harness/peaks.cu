@@ -55,9 +55,7 @@ double measure_read_GBps(Timer& timer, cudaStream_t stream, uint64_t seed) {
   OwnedTensor src(DType::f32, {int64_t(kBytes / 4)}, "read-peak source");
   DeviceBuffer sink(sizeof(uint4), "read-peak sink");
   fill_uniform(*src, seed, -1, 1, stream);
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = current_device_sm_count();
   MeasureSettings m;
   m.cache = CacheMode::hot;
   m.min_samples = 10;

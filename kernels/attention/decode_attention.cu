@@ -879,10 +879,10 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     while (plan.rows_per_block < rows && plan.rows_per_block < kMaxRowsPerBlock) plan.rows_per_block *= 2;
   }
   plan.row_blocks = ceil_div(rows, plan.rows_per_block);
-  int device = 0, sm_count = 0, cc_major = 0;
+  int device = 0, cc_major = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  const int sm_count = current_device_sm_count();
   if (tma && cc_major < 9)
     throw Unsupported("decode attention: the tma variant needs TMA (sm_90 or later), this GPU is sm_" +
                       std::to_string(cc_major) + "x");

@@ -113,13 +113,6 @@ CUtensorMap make_tensor_map(const void* ptr, int rows, int heads, int head_dim, 
 
 constexpr int kKeyBlock = 128;  // keys per block (kBlockN) of every rung
 
-int device_sms() {
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // The workspace: the tile scheduler's 2 counters, then (hopper_tail, non-causal) an arrival counter
 // per split tile and consumer warpgroup and, from a 256-byte boundary, a partial result per split
 // unit and consumer warpgroup: 128 threads × (head_dim / 2 + 4) floats.
@@ -131,7 +124,7 @@ WorkspaceLayout workspace_layout(const PrefillArgs& a, PrefillVariant variant) {
   WorkspaceLayout w;
   if (variant != PrefillVariant::hopper_tail || a.causal) return w;
   const int tiles = (a.max_seq_q + kPrefillBlockM - 1) / kPrefillBlockM * a.batch * a.heads;
-  w.tail = plan_tail(tiles, device_sms(), (a.max_seq_k + kKeyBlock - 1) / kKeyBlock);
+  w.tail = plan_tail(tiles, current_device_sm_count(), (a.max_seq_k + kKeyBlock - 1) / kKeyBlock);
   const size_t splits = tiles - w.tail.first;
   if (splits == 0) return w;
   w.partials_offset = (2 + 2 * splits) * sizeof(int);
@@ -151,7 +144,7 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace, const W
   int dev = 0, l2_bytes = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev));
-  const int sms = device_sms();
+  const int sms = current_device_sm_count();
 
   PrefillParams p{};
   const bool f16 = a.dtype == DType::f16;
@@ -195,7 +188,7 @@ PrefillParams make_prefill_params(const PrefillArgs& a, void* workspace, const W
 // `persistent`: one CTA per SM, each taking tiles until none is left; otherwise one CTA per tile.
 template <class C, bool kCausal>
 void launch_prefill_hopper(const PrefillParams& p, bool persistent, cudaStream_t stream) {
-  const int grid = persistent ? std::min(p.num_tiles, device_sms()) : p.num_tiles;
+  const int grid = persistent ? std::min(p.num_tiles, current_device_sm_count()) : p.num_tiles;
   auto kernel = prefill_hopper_kernel<C, kCausal>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
