@@ -19,6 +19,10 @@ void throw_config_error(const std::string& file, const YAML::Mark& mark, const s
   throw ConfigError(fmt::format("{}:{}:{}: error: {}", file, mark.line + 1, mark.column + 1, msg));
 }
 
+const char* cache_mode_name(CacheMode mode) {
+  return mode == CacheMode::cold ? "cold" : mode == CacheMode::cold_clean ? "cold_clean" : "hot";
+}
+
 namespace {
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -47,10 +51,11 @@ void parse_measure(const YAML::Node& n, MeasureSettings& m, const std::string& w
   }
   if (auto v = n["cache"]) {
     auto s = yaml_scalar<std::string>(v, where + ".cache", "cold, cold_clean or hot", file);
-    const std::vector<std::string> modes{"cold", "cold_clean", "hot"};
-    if (std::find(modes.begin(), modes.end(), s) == modes.end())
+    const CacheMode modes[] = {CacheMode::cold, CacheMode::cold_clean, CacheMode::hot};
+    auto mode = std::find_if(std::begin(modes), std::end(modes), [&](CacheMode c) { return s == cache_mode_name(c); });
+    if (mode == std::end(modes))
       throw_config_error(file, v.Mark(), fmt::format("{}.cache: expected cold, cold_clean or hot, got '{}'", where, s));
-    m.cache = s == "cold" ? CacheMode::cold : s == "cold_clean" ? CacheMode::cold_clean : CacheMode::hot;
+    m.cache = *mode;
   }
   if (auto v = n["cuda_graph"]) m.cuda_graph = yaml_scalar<bool>(v, where + ".cuda_graph", "true or false", file);
   if (auto v = n["hide_launch"]) m.hide_launch = yaml_scalar<bool>(v, where + ".hide_launch", "true or false", file);

@@ -41,6 +41,7 @@ enum class TimerKind { cuda_event, cupti_activity };
 // use to the launch; for reading ops whose outputs are far smaller than the L2 (an output that fits
 // would stay there unwritten when the stop event fires). hot: no flush.
 enum class CacheMode { cold, cold_clean, hot };
+const char* cache_mode_name(CacheMode mode);  // "cold", "cold_clean", "hot": the config's and timer label's word
 
 struct MeasureSettings {
   TimerKind timer = TimerKind::cuda_event;

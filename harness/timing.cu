@@ -35,10 +35,6 @@ __global__ void block_stream_kernel(const volatile int* flag, int* timed_out, un
   }
 }
 
-const char* cache_label(CacheMode mode) {
-  return mode == CacheMode::cold ? ",cold" : mode == CacheMode::cold_clean ? ",cold_clean" : ",hot";
-}
-
 constexpr unsigned long long kBlockTimeoutNs = 5'000'000'000ull;
 
 // Reads every 16-byte word through L2 (ld.global.cg). `sink` is null at run time; the compiler cannot
@@ -123,7 +119,7 @@ Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   Measurement out;
   auto kernels = m.timer == TimerKind::cupti_activity ? std::make_unique<KernelDurations>() : nullptr;
   out.timer = std::string(kernels ? "cupti_activity" : "cuda_event") + (m.cuda_graph ? "+graph" : "") +
-              cache_label(m.cache) + (kernels || m.hide_launch ? "" : ",launch_included");
+              "," + cache_mode_name(m.cache) + (kernels || m.hide_launch ? "" : ",launch_included");
 
   cudaGraphExec_t graph_exec = nullptr;
   if (m.cuda_graph) {
