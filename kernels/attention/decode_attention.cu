@@ -14,8 +14,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
@@ -50,11 +53,12 @@ constexpr int kMaxSplitPagesV2 = 1040;
 // splits and 2 waves: 723 µs against 707 at page 128, NOTES.md).
 constexpr int kMaxSplitPagesTma = 2049;
 constexpr double kMinWaveEfficiencyV2 = 0.95;
-// The shortest split that ragged batches are cut to: 4096 tokens, or 512 when the groups fill at
-// most half the SMs (a few long sequences beside short ones: the work is too small to share out in
-// 4096-token pieces).
-constexpr int kMinRaggedSplitTiles = 64;
-constexpr int kMinRaggedSplitTilesFewGroups = 8;
+// Ragged batches (lengths known): the shortest split they are cut to (512 tokens), and what a block
+// costs beside its tiles, in tiles: its prologue (page ids, the first tile's latency) and its share
+// of the split combine. H100, the sweep's ragged batches, against 1, 2 and 4: 4 was best or within
+// 0.5% everywhere (GQA 16 × 32k 349.8 / 350.0 / 336.9 µs), NOTES.md.
+constexpr int kMinRaggedSplitTiles = 8;
+constexpr int kBlockOverheadTiles = 4;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
 constexpr int kQHalfSkew = 4;
@@ -69,10 +73,11 @@ struct DecodeParams {
   const void* v_pages;
   const int32_t* block_table;
   const int32_t* seq_lens;
+  const DecodeWorkItem* work;  // the blocks in launch order, or null: the grid is (splits, row_blocks, groups)
   float* partial_o;    // (groups, rows_total, splits, kHeadDim), normalized per split
   float* partial_lse;  // (groups, rows_total, splits), log2 domain; -inf: the split saw no key
   int* counters;       // (groups, row_blocks): splits finished, reset by the last one
-  int kv_heads, q_len, rows_total, page_size, max_pages_per_seq, splits, split_tokens;
+  int kv_heads, q_len, rows_total, row_blocks, page_size, max_pages_per_seq, splits, split_tokens;
   int page_shift;      // log2(page_size): page sizes are powers of two
   float scale_log2;    // softmax scale · log2(e): scores live in the log2 domain (exp2)
   // tma only: the K and V pools as (head_dim, page_size, kv_heads, num_pages), boxes of
@@ -118,15 +123,22 @@ __device__ __forceinline__ float online_softmax_step(float (&s)[N], float& m_run
   return alpha;
 }
 
+// This block's work: the work list's item, or its place in the grid.
+__device__ DecodeWorkItem block_work(const DecodeParams& p) {
+  if (p.work) return p.work[blockIdx.x];
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.splits};
+}
+
 // Where a block sits: its split of one sequence's cache and its rows of one KV head's queries.
 struct BlockPlace {
-  int split, row_block, group, b, kv_head, len, begin, end, row0, rows;
+  int split, row_block, group, splits, b, kv_head, len, begin, end, row0, rows;
   // q and o are [batch, heads, q_len, head_dim], so a group's rows (head-in-group · q_len + token)
   // are contiguous: row r of this block is row first_row + r of all of them.
   int64_t first_row;
 
-  __device__ BlockPlace(const DecodeParams& p, int rows_per_block)
-      : split(blockIdx.x), row_block(blockIdx.y), group(blockIdx.z), b(group / p.kv_heads),
+  __device__ BlockPlace(const DecodeParams& p, int rows_per_block) : BlockPlace(p, rows_per_block, block_work(p)) {}
+  __device__ BlockPlace(const DecodeParams& p, int rows_per_block, const DecodeWorkItem& w)
+      : split(w.split), row_block(w.row_block), group(w.group), splits(w.group_splits), b(group / p.kv_heads),
         kv_head(group % p.kv_heads), len(p.seq_lens[b]), begin(split * p.split_tokens),
         end(min(len, begin + p.split_tokens)), row0(row_block * rows_per_block),
         rows(min(rows_per_block, p.rows_total - row0)), first_row(int64_t(group) * p.rows_total + row0) {}
@@ -250,7 +262,7 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
     }
     o = l > 0.f ? o / l : 0.f;
     const int64_t row = place.first_row + r;
-    if (p.splits == 1) {
+    if (place.splits == 1) {
       static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o);
     } else {
       p.partial_o[(row * p.splits + place.split) * kHeadDim + d] = o;
@@ -263,7 +275,7 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
 // at all (a sequence of length 0): their output is 0, as for a row that sees no key.
 template <class T>
 __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place) {
-  if (p.splits == 1) {
+  if (place.splits == 1) {
     T* o = static_cast<T*>(p.o) + place.first_row * kHeadDim;
     for (int i = threadIdx.x; i < place.rows * kHeadDim; i += blockDim.x) o[i] = from_f32<T>(0.f);
     return;
@@ -279,8 +291,8 @@ __device__ bool is_last_split(const DecodeParams& p, const BlockPlace& place) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = p.counters + int64_t(place.group) * gridDim.y + place.row_block;
-    s_last_split = atomicAdd(counter, 1) == p.splits - 1;
+    int* counter = p.counters + int64_t(place.group) * p.row_blocks + place.row_block;
+    s_last_split = atomicAdd(counter, 1) == place.splits - 1;
     if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
   }
   __syncthreads();
@@ -297,9 +309,9 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
     const int d = i % kHeadDim;
     const float* lse = p.partial_lse + row * p.splits;
     float m = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) m = fmaxf(m, __ldcg(lse + s));
+    for (int s = 0; s < place.splits; ++s) m = fmaxf(m, __ldcg(lse + s));
     float sum = 0.f, o = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
+    for (int s = 0; s < place.splits; ++s) {
       const float l = __ldcg(lse + s);
       if (l == -INFINITY) continue;
       const float w = exp2f(l - m);
@@ -320,11 +332,11 @@ __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace
   if (!is_last_split(p, place)) return;
   constexpr int kDims = kHeadDim / kThreadsPerRow, kBatch = kThreadsPerRow / 2;
   const int rows_per_pass = blockDim.x / kThreadsPerRow, sub = threadIdx.x % kThreadsPerRow;
-  const int splits = p.splits;
+  const int splits = place.splits;  // of this group; p.splits is the workspace's stride
   for (int r = threadIdx.x / kThreadsPerRow; r < place.rows; r += rows_per_pass) {
     const int64_t row = place.first_row + r;
-    const float* lse = p.partial_lse + row * splits;
-    const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * splits * kHeadDim) + sub * (kDims / 4);
+    const float* lse = p.partial_lse + row * p.splits;
+    const float4* po = reinterpret_cast<const float4*>(p.partial_o + row * p.splits * kHeadDim) + sub * (kDims / 4);
     float m_run = -INFINITY, sum = 0.f, acc[kDims] = {};
     for (int s0 = 0; s0 < splits; s0 += kBatch) {
       float l[kBatch];
@@ -499,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
   } else {
     write_empty_split<T>(p, place);
   }
-  if (p.splits > 1) combine_if_last_split<T>(p, place);
+  if (place.splits > 1) combine_if_last_split<T>(p, place);
 }
 
 // Shared-memory addresses of 16-byte chunk `chunk` of tile row `token`, per stage layout.
@@ -652,7 +664,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_const
   } else {
     write_empty_split<T>(p, place);
   }
-  if (p.splits > 1) {
+  if (place.splits > 1) {
     if constexpr (kV2)
       combine_if_last_split_v2<T>(p, place);
     else
@@ -779,7 +791,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
   } else {
     write_empty_split<T>(p, place);
   }
-  if (p.splits > 1) combine_if_last_split_v2<T, W == kWarps ? 16 : 32>(p, place);
+  if (place.splits > 1) combine_if_last_split_v2<T, W == kWarps ? 16 : 32>(p, place);
 #else
   __trap();  // built without sm_90 code: TMA is not there
 #endif
@@ -834,6 +846,87 @@ int page_shift(int page_size) {
 
 int rows_total(const PagedKv& kv, const DecodeShape& shape) { return shape.heads / kv.kv_heads * shape.q_len; }
 
+// Byte offsets into the workspace: the work list, then (when sequences are split) the partial
+// outputs, their log-sum-exps and the combine counters.
+struct WorkspaceLayout {
+  size_t partial_o, partial_lse, counters, bytes;  // the work list is at 0
+  WorkspaceLayout(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan) {
+    const bool split = plan.splits > 1;
+    const size_t partial_rows = size_t(kv.batch) * kv.kv_heads * rows_total(kv, shape) * plan.splits;
+    partial_o = plan.work.size() * sizeof(DecodeWorkItem);
+    partial_lse = partial_o + (split ? partial_rows * kHeadDim * sizeof(float) : 0);
+    counters = partial_lse + (split ? partial_rows * sizeof(float) : 0);
+    bytes = counters + (split ? size_t(kv.batch) * kv.kv_heads * plan.row_blocks * sizeof(int) : 0);
+  }
+};
+
+// Ragged batches: the split, in tiles, whose longest-first schedule of the work list over `slots`
+// block slots ends first, each block costing its tiles plus kBlockOverheadTiles. A sequence of
+// length 0 still takes a block. Ties go to the longer split (fewer blocks, smaller combines).
+int ragged_split_tiles(const std::vector<int>& lengths, int blocks_per_split, int slots, int max_tiles) {
+  std::vector<int> tiles;
+  int longest = 1;
+  for (int len : lengths) longest = std::max(longest, tiles.emplace_back(ceil_div(len, kTile)));
+  int best = 0;
+  int64_t best_end = 0;
+  std::vector<int> rest;  // the blocks shorter than a split, in tiles
+  for (int want = 1, previous = 0; want <= longest; ++want) {
+    const int split = ceil_div(longest, want);
+    if (split == previous || split > max_tiles) continue;
+    if (split < kMinRaggedSplitTiles && best) break;
+    previous = split;
+    // Whole splits first: longest first, they go round the slots evenly.
+    int64_t whole = 0;
+    rest.clear();
+    for (int t : tiles) {
+      whole += int64_t(t / split) * blocks_per_split;
+      if (t % split || t == 0) rest.insert(rest.end(), size_t(blocks_per_split), t % split);
+    }
+    const int64_t block = split + kBlockOverheadTiles;
+    std::vector<int64_t> slot_end(size_t(slots), whole / slots * block);
+    for (int64_t i = 0; i < whole % slots; ++i) slot_end[size_t(i)] += block;
+    // Then the rest, longest first, each to the slot that frees first (a min-heap).
+    std::sort(rest.begin(), rest.end(), std::greater<int>());
+    auto later = std::greater<int64_t>();
+    std::make_heap(slot_end.begin(), slot_end.end(), later);
+    for (int t : rest) {
+      std::pop_heap(slot_end.begin(), slot_end.end(), later);
+      slot_end.back() += t + kBlockOverheadTiles;
+      std::push_heap(slot_end.begin(), slot_end.end(), later);
+    }
+    const int64_t end = *std::max_element(slot_end.begin(), slot_end.end());
+    if (!best || end < best_end) {
+      best = split;
+      best_end = end;
+    }
+  }
+  return best;
+}
+
+// The blocks that hold keys, longest split first; a sequence of length 0 keeps one block, which
+// writes its rows' zero output.
+std::vector<DecodeWorkItem> plan_work_list(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan) {
+  std::vector<DecodeWorkItem> work;
+  std::vector<int> tokens;  // each item's keys
+  for (int b = 0; b < kv.batch; ++b) {
+    const int len = shape.lengths[size_t(b)];
+    const int group_splits = std::max(1, ceil_div(len, plan.split_tokens));
+    for (int kv_head = 0; kv_head < kv.kv_heads; ++kv_head)
+      for (int row_block = 0; row_block < plan.row_blocks; ++row_block)
+        for (int split = 0; split < group_splits; ++split) {
+          work.push_back({split, row_block, b * kv.kv_heads + kv_head, group_splits});
+          tokens.push_back(std::clamp(len - split * plan.split_tokens, 0, plan.split_tokens));
+        }
+  }
+  std::vector<size_t> order(work.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tokens[a] > tokens[b]; });
+  std::vector<DecodeWorkItem> sorted;
+  sorted.reserve(work.size());
+  for (size_t i : order) sorted.push_back(work[i]);
+  return sorted;
+}
+
 }  // namespace
 
 std::string DecodePlan::describe() const {
@@ -849,7 +942,8 @@ std::string DecodePlan::describe() const {
          " rows_per_block=" +
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
          " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
-         " blocks_per_sm=" + std::to_string(blocks_per_sm);
+         " blocks_per_sm=" + std::to_string(blocks_per_sm) +
+         (work.empty() ? "" : " work_list=" + std::to_string(work.size()));
 }
 
 std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape) {
@@ -866,6 +960,16 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape) {
 
 DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant) {
   if (std::string why = decode_unsupported(kv, shape); !why.empty()) throw Unsupported("decode attention: " + why);
+  if (!shape.lengths.empty()) {
+    if (shape.lengths.size() != size_t(kv.batch))
+      throw std::invalid_argument("decode attention: " + std::to_string(shape.lengths.size()) +
+                                  " lengths for a batch of " + std::to_string(kv.batch));
+    for (size_t b = 0; b < shape.lengths.size(); ++b)
+      if (shape.lengths[b] < 0 || shape.lengths[b] > shape.max_len)
+        throw std::invalid_argument("decode attention: sequence " + std::to_string(b) + " has length " +
+                                    std::to_string(shape.lengths[b]) + ", outside [0, max_len " +
+                                    std::to_string(shape.max_len) + "]");
+  }
   DecodePlan plan;
   plan.variant = variant;
   const int rows = rows_total(kv, shape);
@@ -906,29 +1010,26 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
                         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan.blocks_per_sm, kernel, threads, smem));
                   });
 
-  // Splits: the fewest that fill the last wave of blocks to kMinWaveEfficiency, else the best fill.
-  const double slots = double(sm_count) * std::max(plan.blocks_per_sm, 1);
+  const int slots = sm_count * std::max(plan.blocks_per_sm, 1);
   const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
   // A split must span at most kMaxSplitPages pages whatever its alignment to them.
   const int max_split_pages = tma ? kMaxSplitPagesTma : v2 ? kMaxSplitPagesV2 : kMaxSplitPages;
-  int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
-  if (tma && !near_uniform) {
-    // Ragged: a split longer than a block slot's average share of the batch's work finishes last,
-    // while the slots that held short sequences idle; a floor on the split keeps the extra blocks'
-    // prologues and combines small. H100, ragged batches of 16: MHA × 32k 1388 → 1349 µs, GQA ×
-    // 32k 357 → 353; MHA batch 4 × 32k 225 → 185; the 4k batches unchanged (a floor of 8 tiles
-    // cost MHA 16 × 4k 3%, one of 128 cost GQA 16 × 32k 6%).
-    const double work_tiles = double(shape.total_len) / kTile * kv.kv_heads * plan.row_blocks;
-    const int floor_tiles = few_groups ? kMinRaggedSplitTilesFewGroups : kMinRaggedSplitTiles;
-    max_split_tiles = std::min(max_split_tiles, std::max(floor_tiles, int(std::ceil(work_tiles / slots))));
+  const int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
+  const bool work_list = tma && !near_uniform && !shape.lengths.empty();
+  if (work_list) {
+    const int split_tiles = ragged_split_tiles(shape.lengths, kv.kv_heads * plan.row_blocks, slots, max_split_tiles);
+    plan.splits = ceil_div(tiles, split_tiles);
+    plan.split_tokens = split_tiles * kTile;
   }
+  // Otherwise (uniform lengths, or unknown): the fewest splits that fill the last wave of blocks to
+  // kMinWaveEfficiency, else the best fill.
   const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
   double best_efficiency = -1;
-  for (int want = 1; want <= tiles; ++want) {
+  for (int want = 1; want <= tiles && !work_list; ++want) {
     const int split_tiles = ceil_div(tiles, want);
     if (split_tiles > max_split_tiles) continue;
     const int splits = ceil_div(tiles, split_tiles);
-    const double waves = double(groups) * splits / slots;
+    const double waves = double(groups) * splits / double(slots);
     const double efficiency = waves / std::ceil(waves);
     if (efficiency > best_efficiency) {
       best_efficiency = efficiency;
@@ -940,35 +1041,38 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   }
   if (plan.splits < 1)
     throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));
-  if (plan.splits > 1) {
-    const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
-    plan.workspace_bytes = size_t(partial_rows) * (kHeadDim + 1) * sizeof(float) + size_t(groups) * sizeof(int);
-  }
+  if (work_list) plan.work = plan_work_list(kv, shape, plan);
+  plan.workspace_bytes = WorkspaceLayout(kv, shape, plan).bytes;
   return plan;
 }
 
 void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream) {
-  if (plan.workspace_bytes) CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_bytes, stream));
+  if (!plan.workspace_bytes) return;
+  CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_bytes, stream));
+  CUDA_CHECK(cudaMemcpyAsync(workspace, plan.work.data(), plan.work.size() * sizeof(DecodeWorkItem),
+                             cudaMemcpyHostToDevice, stream));
 }
 
 void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
                       const DecodePlan& plan, void* workspace, cudaStream_t stream) {
-  if (plan.splits > 1 && !workspace) throw std::invalid_argument("decode attention: the plan needs a workspace");
-  const int rows = rows_total(kv, shape);
-  const int64_t partial_rows = int64_t(kv.batch) * kv.kv_heads * rows * plan.splits;
-  float* partial_o = static_cast<float*>(workspace);
+  if (plan.workspace_bytes && !workspace) throw std::invalid_argument("decode attention: the plan needs a workspace");
+  const WorkspaceLayout layout(kv, shape, plan);
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  const bool split = plan.splits > 1;
   DecodeParams p{q,
                        o,
                        kv.k_pages,
                        kv.v_pages,
                        kv.block_table,
                        kv.seq_lens,
-                       partial_o,
-                       partial_o ? partial_o + partial_rows * kHeadDim : nullptr,
-                       partial_o ? reinterpret_cast<int*>(partial_o + partial_rows * (kHeadDim + 1)) : nullptr,
+                       plan.work.empty() ? nullptr : reinterpret_cast<const DecodeWorkItem*>(ws),
+                       split ? reinterpret_cast<float*>(ws + layout.partial_o) : nullptr,
+                       split ? reinterpret_cast<float*>(ws + layout.partial_lse) : nullptr,
+                       split ? reinterpret_cast<int*>(ws + layout.counters) : nullptr,
                        kv.kv_heads,
                        shape.q_len,
-                       rows,
+                       rows_total(kv, shape),
+                       plan.row_blocks,
                        kv.page_size,
                        kv.max_pages_per_seq,
                        plan.splits,
@@ -987,7 +1091,9 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box);
     p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
   }
-  const dim3 grid(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads));
+  const dim3 grid = plan.work.empty()
+                       ? dim3(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads))
+                       : dim3(unsigned(plan.work.size()));
   dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
                   [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
   CUDA_CHECK_LAUNCH();

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/attention/paged_kv.h"
 
@@ -20,6 +21,9 @@ struct DecodeShape {
   int q_len = 1;    // new query tokens per sequence, the last q_len positions of its cache
   int max_len = 0;  // the longest sequence in the batch (the host knows it when it plans)
   int64_t total_len = 0;  // the batch's tokens, summed (0: unknown, taken as batch · max_len)
+  // Each sequence's length, where the host knows them (empty: unknown). A ragged batch's plan then
+  // launches only the blocks that hold keys, longest first.
+  std::vector<int> lengths;
 };
 
 // Why the kernel cannot run a shape, or "".
@@ -34,24 +38,35 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 // 4 on alternate tiles) at 1.
 enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma };
 
+// One block of a launch over a work list: its split of the sequence's cache, its rows of the KV
+// head's queries, its (sequence · KV head) group, and how many splits that group has.
+struct alignas(16) DecodeWorkItem {
+  int split, row_block, group, group_splits;
+};
+
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
 // and occupancy; print it with describe().
 struct DecodePlan {
   DecodeVariant variant = DecodeVariant::mma;
   int rows_per_block = 0;   // query rows (group heads × q_len) one block takes: 1, 2, 4, 8 or 16
   int row_blocks = 0;       // blocks over the rows of one KV head
-  int splits = 0;           // blocks over one sequence's cache
+  int splits = 0;           // blocks over one sequence's cache (with a work list: the longest's)
   int split_tokens = 0;     // tokens per split, a multiple of the block's tile
   int blocks_per_sm = 0;
   int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
-  size_t workspace_bytes = 0;  // partial outputs and combine counters; 0 when splits == 1
+  // Ragged batches with known lengths (tma): the blocks that hold keys, longest split first, so
+  // that no block slot waits on blocks with nothing to read and the longest work starts first.
+  // Empty: the launch is the whole grid of (splits, row_blocks, groups).
+  std::vector<DecodeWorkItem> work;
+  size_t workspace_bytes = 0;  // the work list, partial outputs and combine counters; 0 when none is needed
   std::string describe() const;
 };
 
 DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant);
 
 // The combine counters in `workspace` must be zero before the first launch with it (the kernel
-// leaves them zero): call prepare_decode_workspace once after allocating it.
+// leaves them zero), and the work list must be on the device: call prepare_decode_workspace once
+// after allocating it.
 void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream);
 
 // o = softmax(scale · q kᵀ) v per query head, over the keys at or before each query's position.

@@ -242,7 +242,7 @@ class DecodeProblem : public Problem {
   kernels::DecodeShape decode_shape() const {
     int64_t total = 0;
     for (int len : lens) total += len;
-    return {shape.heads, shape.q_len, shape.context, total};
+    return {shape.heads, shape.q_len, shape.context, total, lens};
   }
 
   DecodeCase shape;

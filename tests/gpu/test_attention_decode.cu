@@ -2,6 +2,13 @@
 // block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len; the split-KV combine
 // across repeated launches. append_kv and gather_kv: test_kv_append.cu.
 #include "kernels/attention/decode_attention.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <tuple>
+#include <vector>
+
 #include "tests/gpu/gpu_test.h"
 
 namespace topt::testing {
@@ -99,22 +106,62 @@ TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
   }
 }
 
-// A ragged batch's longest sequence is cut into splits no longer than a block slot's share of the
-// batch's work and, with this many groups, no shorter than 4096 tokens; a uniform batch of the same
-// longest length is cut less.
+// A ragged batch's split comes from a longest-first schedule of its blocks. One 32k sequence
+// beside fifteen of 12000 tokens: 480 blocks of 12000 tokens would take two rounds of the block
+// slots, so even those are cut, and the 32k one into more splits than in a uniform batch.
 TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
   kernels::PagedKv kv;
   kv.batch = 16;
   kv.kv_heads = 32;
   kv.head_dim = 128;
   kv.page_size = 16;
+  std::vector<int> lens(16, 12000);
+  lens[0] = 32768;
   const kernels::DecodeShape uniform{32, 1, 32768, 16 * 32768};
-  const kernels::DecodeShape ragged{32, 1, 32768, 32768 + 15 * 12000};
+  const kernels::DecodeShape ragged{32, 1, 32768, 32768 + 15 * 12000, lens};
   const auto u = kernels::plan_decode(kv, uniform, kernels::DecodeVariant::tma);
   const auto r = kernels::plan_decode(kv, ragged, kernels::DecodeVariant::tma);
-  EXPECT_LT(r.split_tokens, 32768) << r.describe();
-  EXPECT_GE(r.split_tokens, 4096) << r.describe();
+  EXPECT_LT(r.split_tokens, 12000) << r.describe();
   EXPECT_GT(r.splits, u.splits) << r.describe() << " | " << u.describe();
+}
+
+// With its lengths known, a ragged batch launches a work list: every (group, row block, split)
+// that holds keys once, the longest splits first, and one block for a sequence of length 0 (it
+// writes its zero output). A uniform batch keeps the grid; lengths that do not fit are refused.
+TEST_F(GpuTest, DecodeRaggedWorkListHoldsTheBlocksWithKeysLongestFirst) {
+  kernels::PagedKv kv;
+  kv.batch = 6;
+  kv.kv_heads = 8;
+  kv.head_dim = 128;
+  kv.page_size = 16;
+  const std::vector<int> lens{32768, 0, 1, 17, 5000, 12000};
+  kernels::DecodeShape shape{64, 1, 32768, std::accumulate(lens.begin(), lens.end(), int64_t(0)), lens};
+  const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
+  ASSERT_FALSE(plan.work.empty()) << plan.describe();
+  const int split = plan.split_tokens;
+  auto group_splits = [&](int len) { return std::max(1, (len + split - 1) / split); };
+  size_t expected = 0;
+  for (int len : lens) expected += size_t(group_splits(len)) * kv.kv_heads * plan.row_blocks;
+  EXPECT_EQ(plan.work.size(), expected) << plan.describe();
+  std::set<std::tuple<int, int, int>> seen;
+  int previous = split;
+  for (const auto& w : plan.work) {
+    const int len = lens[size_t(w.group / kv.kv_heads)];
+    const int tokens = std::clamp(len - w.split * split, 0, split);
+    EXPECT_LE(tokens, previous) << "not longest first";
+    previous = tokens;
+    EXPECT_TRUE(tokens > 0 || len == 0) << "a block with no keys in a sequence that has some";
+    EXPECT_EQ(w.group_splits, group_splits(len));
+    EXPECT_TRUE(seen.insert({w.group, w.row_block, w.split}).second) << "a block listed twice";
+  }
+
+  shape.lengths.assign(6, 32768);
+  shape.total_len = 6 * 32768;
+  EXPECT_TRUE(kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma).work.empty());
+  shape.lengths = {1, 2};
+  EXPECT_THROW(kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma), std::invalid_argument);
+  shape.lengths.assign(6, 40000);
+  EXPECT_THROW(kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma), std::invalid_argument);
 }
 
 TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
