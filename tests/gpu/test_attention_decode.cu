@@ -106,15 +106,21 @@ TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
   }
 }
 
+// What plan_decode reads of a cache: its shape (bf16, page 16), no memory.
+kernels::PagedKv planned_cache(int batch, int kv_heads) {
+  kernels::PagedKv kv;
+  kv.batch = batch;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = 128;
+  kv.page_size = 16;
+  return kv;
+}
+
 // A ragged batch's split comes from a longest-first schedule of its blocks. One 32k sequence
 // beside fifteen of 12000 tokens: 480 blocks of 12000 tokens would take two rounds of the block
 // slots, so even those are cut, and the 32k one into more splits than in a uniform batch.
 TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
-  kernels::PagedKv kv;
-  kv.batch = 16;
-  kv.kv_heads = 32;
-  kv.head_dim = 128;
-  kv.page_size = 16;
+  const kernels::PagedKv kv = planned_cache(16, 32);
   std::vector<int> lens(16, 12000);
   lens[0] = 32768;
   const kernels::DecodeShape uniform{32, 1, 32768, 16 * 32768};
@@ -129,11 +135,7 @@ TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
 // that holds keys once, the longest splits first, and one block for a sequence of length 0 (it
 // writes its zero output). A uniform batch keeps the grid; lengths that do not fit are refused.
 TEST_F(GpuTest, DecodeRaggedWorkListHoldsTheBlocksWithKeysLongestFirst) {
-  kernels::PagedKv kv;
-  kv.batch = 6;
-  kv.kv_heads = 8;
-  kv.head_dim = 128;
-  kv.page_size = 16;
+  const kernels::PagedKv kv = planned_cache(6, 8);
   const std::vector<int> lens{32768, 0, 1, 17, 5000, 12000};
   kernels::DecodeShape shape{64, 1, 32768, std::accumulate(lens.begin(), lens.end(), int64_t(0)), lens};
   const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
