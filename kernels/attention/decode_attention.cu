@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "harness/cuda_check.h"
@@ -906,25 +907,21 @@ int ragged_split_tiles(const std::vector<int>& lengths, int blocks_per_split, in
 // The blocks that hold keys, longest split first; a sequence of length 0 keeps one block, which
 // writes its rows' zero output.
 std::vector<DecodeWorkItem> plan_work_list(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan) {
-  std::vector<DecodeWorkItem> work;
-  std::vector<int> tokens;  // each item's keys
+  std::vector<std::pair<int, DecodeWorkItem>> items;  // (keys, block)
   for (int b = 0; b < kv.batch; ++b) {
     const int len = shape.lengths[size_t(b)];
     const int group_splits = std::max(1, ceil_div(len, plan.split_tokens));
     for (int kv_head = 0; kv_head < kv.kv_heads; ++kv_head)
       for (int row_block = 0; row_block < plan.row_blocks; ++row_block)
-        for (int split = 0; split < group_splits; ++split) {
-          work.push_back({split, row_block, b * kv.kv_heads + kv_head, group_splits});
-          tokens.push_back(std::clamp(len - split * plan.split_tokens, 0, plan.split_tokens));
-        }
+        for (int split = 0; split < group_splits; ++split)
+          items.push_back({std::clamp(len - split * plan.split_tokens, 0, plan.split_tokens),
+                           {split, row_block, b * kv.kv_heads + kv_head, group_splits}});
   }
-  std::vector<size_t> order(work.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tokens[a] > tokens[b]; });
-  std::vector<DecodeWorkItem> sorted;
-  sorted.reserve(work.size());
-  for (size_t i : order) sorted.push_back(work[i]);
-  return sorted;
+  std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<DecodeWorkItem> work;
+  work.reserve(items.size());
+  for (const auto& item : items) work.push_back(item.second);
+  return work;
 }
 
 }  // namespace
