@@ -241,8 +241,21 @@ struct TileLoader {
   }
 };
 
-// The block's output from the W warps' partials: sRed (W, ROWS, kHeadDim) already rescaled to the
-// rows' common max, sM and sL (W, ROWS) the warps' running max and sum. Writes o directly when
+// The factor that rescales one warp's share of a row to the row's common max over the warps: the
+// warp's running max m_own against sM (count warps, `stride` apart). When `owner`, also rescales
+// the warp's running sum in place (sL_own), so that the block's output does not recompute every
+// warp's factor for every dim (GQA rows: 8 per block).
+__device__ __forceinline__ float rescale_to_common_max(float m_own, const float* sM, int stride, int count,
+                                                       float* sL_own, bool owner) {
+  float m = -INFINITY;
+  for (int w = 0; w < count; ++w) m = fmaxf(m, sM[w * stride]);
+  const float f = exp2f(m_own - exp_base(m));
+  if (owner) *sL_own *= f;
+  return f;
+}
+
+// The block's output from the W warps' partials: sRed (W, ROWS, kHeadDim) and sL (W, ROWS) already
+// rescaled to the rows' common max, sM (W, ROWS) the warps' running max. Writes o directly when
 // there is one split, else this split's normalized partial and its log-sum-exp. The W warps' threads
 // take a dim each, of every (W · 32 / kHeadDim)-th row.
 template <class T, int ROWS, int W = kWarps>
@@ -251,14 +264,10 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
   static_assert(W * 32 % kHeadDim == 0, "whole rows of threads");
   const int d = threadIdx.x % kHeadDim;
   for (int r = threadIdx.x / kHeadDim; r < place.rows; r += W * 32 / kHeadDim) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) m = fmaxf(m, sM[w * ROWS + r]);
-    const float base = exp_base(m);
     float l = 0.f, o = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      l += sL[w * ROWS + r] * exp2f(sM[w * ROWS + r] - base);
+      l += sL[w * ROWS + r];
       o += sRed[(w * ROWS + r) * kHeadDim + d];
     }
     o = l > 0.f ? o / l : 0.f;
@@ -267,7 +276,12 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
       static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o);
     } else {
       p.partial_o[(row * p.splits + place.split) * kHeadDim + d] = o;
-      if (d == 0) p.partial_lse[row * p.splits + place.split] = l > 0.f ? base + log2f(l) : -INFINITY;
+      if (d == 0) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < W; ++w) m = fmaxf(m, sM[w * ROWS + r]);
+        p.partial_lse[row * p.splits + place.split] = l > 0.f ? exp_base(m) + log2f(l) : -INFINITY;
+      }
     }
   }
 }
@@ -500,10 +514,8 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
     float* sRed = reinterpret_cast<float*>(smem + Layout::k);  // (kWarps, ROWS, kHeadDim), over the K stages
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sM[w * ROWS + r]);
-      const float f = exp2f(sM[warp * ROWS + r] - exp_base(m));
+      const float f =
+          rescale_to_common_max(sM[warp * ROWS + r], sM + r, ROWS, kWarps, sL + warp * ROWS + r, lane == 0);
       *reinterpret_cast<float4*>(sRed + (warp * ROWS + r) * kHeadDim + 4 * lane) =
           make_float4(acc[r][0] * f, acc[r][1] * f, acc[r][2] * f, acc[r][3] * f);
     }
@@ -626,10 +638,7 @@ struct MmaWarp {
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
       if (r >= place.rows) continue;  // padding rows (MHA has 1 real row, GQA decode 8): never read
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < W; ++w) m = fmaxf(m, sM[w * kMmaRows + r]);
-      const float f = exp2f(m_run[h] - exp_base(m));
+      const float f = rescale_to_common_max(m_run[h], sM + r, kMmaRows, W, sL + warp * kMmaRows + r, t4 == 0);
 #pragma unroll
       for (int n = 0; n < kHeadDim / 8; ++n)
         *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + n * 8 + 2 * t4) =
