@@ -21,8 +21,8 @@ struct DecodeShape {
   int q_len = 1;    // new query tokens per sequence, the last q_len positions of its cache
   int max_len = 0;  // the longest sequence in the batch (the host knows it when it plans)
   int64_t total_len = 0;  // the batch's tokens, summed (0: unknown, taken as batch · max_len)
-  // Each sequence's length, where the host knows them (empty: unknown). A ragged batch's plan then
-  // launches only the blocks that hold keys, longest first.
+  // Each sequence's length, where the host knows them (empty: unknown). The tma variant's plan for
+  // a ragged batch then launches only the blocks that hold keys, longest first.
   std::vector<int> lengths;
 };
 
