@@ -71,18 +71,29 @@ ResultsFile load_results_for_compare(const std::string& path) {
 
 namespace {
 
-// FLOP per byte where a kernel stops being limited by DRAM, from the peaks measured in the run.
-std::optional<double> ridge_intensity(const Json& context) {
+// FLOP per byte where a kernel stops being limited by DRAM, from the peaks measured in the run:
+// against the read rate for rows whose traffic is reads (bandwidth_ceiling "read"), else the copy
+// rate. Runs from before the read rate have only the copy's.
+struct Ridges {
+  std::optional<double> copy, read;
+  std::optional<double> of(const ResultRow& r) const { return r.bandwidth_ceiling == "read" && read ? read : copy; }
+};
+
+Ridges ridge_intensities(const Json& context) {
   const Json* peaks = member(context, "measured_peaks");
-  if (!peaks) return std::nullopt;
+  if (!peaks) return {};
   auto number = [&](const char* k) -> std::optional<double> {
     const Json* v = member(*peaks, k);
     if (v && v->is_number() && v->get<double>() > 0) return v->get<double>();
     return std::nullopt;
   };
-  auto tflops = number("bf16_gemm_TFLOPs"), gbps = number("dram_copy_GBps");
-  if (!tflops || !gbps) return std::nullopt;
-  return *tflops * 1e12 / (*gbps * 1e9);
+  const auto tflops = number("bf16_gemm_TFLOPs");
+  auto ridge = [&](const char* gbps_key) -> std::optional<double> {
+    const auto gbps = number(gbps_key);
+    if (!tflops || !gbps) return std::nullopt;
+    return *tflops * 1e12 / (*gbps * 1e9);
+  };
+  return {ridge("dram_copy_GBps"), ridge("dram_read_GBps")};
 }
 
 void add_note(std::string& note, const std::string& what) {
@@ -133,7 +144,7 @@ std::string status_change(const ResultRow& b, const ResultRow& h) {
   return why.empty() ? s : s + ": " + why;
 }
 
-void judge(RowComparison& rc, const CompareOptions& opt, const std::optional<double>& ridge) {
+void judge(RowComparison& rc, const CompareOptions& opt, const Ridges& ridges) {
   if (!rc.head) {
     rc.verdict = Verdict::missing;
     rc.note = status_name(rc.base->status);
@@ -162,7 +173,7 @@ void judge(RowComparison& rc, const CompareOptions& opt, const std::optional<dou
     rc.note = fmt::format("no time_us in {}", !b.time_us ? "BASE" : "NEW");
     return;
   }
-  judge_timed(rc, opt, ridge);
+  judge_timed(rc, opt, ridges.of(b));
 }
 
 // Order of the groups in reports: what needs action first.
@@ -205,9 +216,9 @@ Comparison compare_results(ResultsFile base, ResultsFile head, const CompareOpti
       rc.head = head.rows[i];
       c.rows.push_back(std::move(rc));
     }
-  auto ridge = ridge_intensity(base.context);
-  if (!ridge) ridge = ridge_intensity(head.context);
-  for (RowComparison& rc : c.rows) judge(rc, options, ridge);
+  Ridges ridges = ridge_intensities(base.context);
+  if (!ridges.copy) ridges = ridge_intensities(head.context);
+  for (RowComparison& rc : c.rows) judge(rc, options, ridges);
   std::stable_sort(c.rows.begin(), c.rows.end(), [](const RowComparison& a, const RowComparison& b) {
     if (rank(a.verdict) != rank(b.verdict)) return rank(a.verdict) < rank(b.verdict);
     // Largest change first within slower and faster.

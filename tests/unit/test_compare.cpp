@@ -189,6 +189,30 @@ TEST(CompareClock, MemoryBoundRowIsNotScaled) {
   EXPECT_NE(rc.note.find("memory-bound: not scaled"), std::string::npos);
 }
 
+// A row whose traffic is reads is memory-bound below the read rate's ridge, which lies under the
+// copy's (reads alone go faster): at 230 FLOP/byte it is compute-bound against a read rate of 3100
+// GB/s (ridge 226) and memory-bound against the copy's 3000 (ridge 233).
+TEST(CompareClock, ReadsOnlyRowsAreJudgedAgainstTheReadRate) {
+  auto with_read_peak = [](ResultRow r) {
+    ResultsFile f = file_of({std::move(r)});
+    f.context["measured_peaks"]["dram_read_GBps"] = 3100.0;
+    return f;
+  };
+  auto row = [](double median, double clock, const char* ceiling) {
+    ResultRow r = timed_row("v2", median, 0.005, clock);
+    r.flops = 230.0 * r.bytes;
+    r.bandwidth_ceiling = ceiling;
+    return r;
+  };
+  for (const char* ceiling : {"read", "copy"}) {
+    auto c = compare_results(with_read_peak(row(100.0, 1980, ceiling)),
+                             with_read_peak(row(100.0 * 1980 / 1755, 1755, ceiling)), {});
+    const bool scaled = std::string(ceiling) == "read";
+    EXPECT_EQ(only_row(c).verdict, scaled ? Verdict::same : Verdict::slower) << ceiling;
+    EXPECT_EQ(only_row(c).note.find("memory-bound: not scaled") == std::string::npos, scaled) << ceiling;
+  }
+}
+
 TEST(CompareClock, WithoutMeasuredPeaksEveryRowIsScaled) {
   auto c = compare_results(file_of({timed_row("v2", 100.0, 0.005, 1980)}, false),
                            file_of({timed_row("v2", 100.0 * 1980 / 1755, 0.005, 1755)}, false), {});
