@@ -84,6 +84,11 @@ struct DecodeParams {
   // tma only: the K and V pools as (head_dim, page_size, kv_heads, num_pages), boxes of
   // (64 dims, min(page_size, kTile) tokens, 1, 1).
   CUtensorMap k_map, v_map;
+  // The same pools with boxes of a whole tile's pages (kTile / page_size of them, at pages under a
+  // tile), for tiles whose pages follow one another in the pool: one copy per half instead of one
+  // per page (H100, page 16 on sequential tables: MHA b64 × 4k 1387 → 1372 µs, GQA b16 × 4k
+  // 94.7 → 93.9; scattered tables within ±0.2%).
+  CUtensorMap k_run_map, v_run_map;
 };
 
 // Byte offsets into a block's dynamic shared memory; the simt variant adds q, p and alpha.
@@ -705,6 +710,7 @@ struct TmaLayout {
 // epilogue hide under the other's loads) or 6 (202 KB, 1 block per SM: the fewest splits when the
 // groups fit one wave), with 8 consumer warps so that each scheduler still has 2 to issue from.
 constexpr int kStagesTma = 3;
+constexpr int kMaxPagesPerTile = kTile / 16;  // the smallest page holds 16 tokens
 constexpr int kStagesTmaDeep = 6;
 constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is __syncthreads)
 // W consumer warps, then the producer warp. W = 2 · kWarps: the two halves take alternate tiles.
@@ -744,6 +750,8 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
         mbar_init_fence();
         tma_prefetch_descriptor(&p.k_map);
         tma_prefetch_descriptor(&p.v_map);
+        tma_prefetch_descriptor(&p.k_run_map);
+        tma_prefetch_descriptor(&p.v_run_map);
       }
     }
     if (warp < W) {
@@ -785,9 +793,29 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
           mbar_arrive_expect_tx(full, 2 * Layout::kv_stage);
           const int tile_start = place.begin + tile * kTile;
           const int in_page = tile_start & (p.page_size - 1);  // 0 unless pages hold more than a tile
-          for (int box = 0; box < kTile / page_tokens; ++box) {
+          const int pages_per_tile = kTile / page_tokens;
+          // The tile's pages (−1 past the split's), and whether they follow one another in the pool.
+          int pages[kMaxPagesPerTile];
+          bool run = pages_per_tile > 1;
+#pragma unroll
+          for (int box = 0; box < kMaxPagesPerTile; ++box) {
+            if (box >= pages_per_tile) break;
             const int page_index = (tile_start >> p.page_shift) + box;
-            const int page = page_index <= last_page ? sPages[page_index - first_page] : -1;
+            pages[box] = page_index <= last_page ? sPages[page_index - first_page] : -1;
+            run = run && pages[box] == pages[0] + box && pages[box] >= 0;
+          }
+          if (run) {
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes;
+              tma_load_4d(smem + Layout::k + dst, &p.k_run_map, full, half * 64, 0, kv_head, pages[0]);
+              tma_load_4d(smem + Layout::v + dst, &p.v_run_map, full, half * 64, 0, kv_head, pages[0]);
+            }
+            continue;
+          }
+#pragma unroll
+          for (int box = 0; box < kMaxPagesPerTile; ++box) {
+            if (box >= pages_per_tile) break;
+            const int page = pages[box];
             for (int half = 0; half < 2; ++half) {
               const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes + box * page_tokens * 128;
               tma_load_4d(smem + Layout::k + dst, &p.k_map, full, half * 64, in_page, kv_head, page);
@@ -1096,6 +1124,9 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     const bool f16 = kv.dtype == DType::f16;
     p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box);
     p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
+    const uint32_t run_box[4] = {box[0], box[1], 1, uint32_t(kTile) / box[1]};
+    p.k_run_map = make_tma_map_16bit("decode attention K page runs", kv.k_pages, f16, 4, dims, strides, run_box);
+    p.v_run_map = make_tma_map_16bit("decode attention V page runs", kv.v_pages, f16, 4, dims, strides, run_box);
   }
   const dim3 grid = plan.work.empty()
                        ? dim3(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads))
