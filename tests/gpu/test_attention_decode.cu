@@ -98,11 +98,14 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
 
 // Tables whose pages follow one another (a fresh pool), as the sweep's page_order=sequential rows.
 TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
-  Case c = decode_case({4, 3000, "ragged", 1, 64, 8, 16}, DType::bf16);
-  c.params.set("page_order", std::string("sequential"));
-  for (const char* impl : {"ours_v3", "gather_cublas"}) {
-    CheckResult r = run_and_check(c, impl);
-    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+  // Pages of 16 and 32 tokens: a tile of 4 or 2 consecutive pages is one TMA copy per half.
+  for (int64_t page_size : {16, 32}) {
+    Case c = decode_case({4, 3000, "ragged", 1, 64, 8, page_size}, DType::bf16);
+    c.params.set("page_order", std::string("sequential"));
+    for (const char* impl : {"ours_v3", "gather_cublas"}) {
+      CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+    }
   }
 }
 
