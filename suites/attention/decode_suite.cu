@@ -259,19 +259,20 @@ const DecodeProblem& as_decode(const Problem& p) { return static_cast<const Deco
 class OursDecode : public Instance {
  public:
   OursDecode(const DecodeProblem& p, kernels::DecodeVariant variant, cudaStream_t stream)
-      : p_(p), kv_(p.paged_kv()), plan_(kernels::plan_decode(kv_, p.decode_shape(), variant)),
+      : p_(p), kv_(p.paged_kv()), shape_(p.decode_shape()), plan_(kernels::plan_decode(kv_, shape_, variant)),
         workspace_(plan_.workspace_bytes, "decode workspace") {
     kernels::prepare_decode_workspace(plan_, workspace_.get(), stream);
   }
   void launch(cudaStream_t s) override {
-    kernels::attention_decode(p_.q->data, p_.o->data, kv_, p_.decode_shape(), float(p_.shape.scale()), plan_,
-                              workspace_.get(), s);
+    kernels::attention_decode(p_.q->data, p_.o->data, kv_, shape_, float(p_.shape.scale()), plan_, workspace_.get(),
+                              s);
   }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
 
  private:
   const DecodeProblem& p_;
   kernels::PagedKv kv_;
+  kernels::DecodeShape shape_;  // built once: it holds every sequence's length, and launch() is timed
   kernels::DecodePlan plan_;
   DeviceBuffer workspace_;
 };
