@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -1026,7 +1027,10 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
                       std::to_string(cc_major) + "x");
   const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
   const int64_t uniform_len = int64_t(kv.batch) * shape.max_len;
-  const bool near_uniform = shape.total_len <= 0 || shape.total_len * 10 >= uniform_len * 9;
+  const int64_t total_len = shape.lengths.empty()
+                                ? shape.total_len
+                                : std::accumulate(shape.lengths.begin(), shape.lengths.end(), int64_t(0));
+  const bool near_uniform = total_len <= 0 || total_len * 10 >= uniform_len * 9;
   const bool few_groups = 2 * groups <= sm_count;
   if (tma) {
     // Measured on the H100 (kernels/attention/NOTES.md): 1 block per SM with 6 stages wins when
@@ -1124,9 +1128,14 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     const bool f16 = kv.dtype == DType::f16;
     p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box);
     p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
-    const uint32_t run_box[4] = {box[0], box[1], 1, uint32_t(kTile) / box[1]};
-    p.k_run_map = make_tma_map_16bit("decode attention K page runs", kv.k_pages, f16, 4, dims, strides, run_box);
-    p.v_run_map = make_tma_map_16bit("decode attention V page runs", kv.v_pages, f16, 4, dims, strides, run_box);
+    // Pages of a tile or more never take the run maps: no second encoding on every launch for them.
+    p.k_run_map = p.k_map;
+    p.v_run_map = p.v_map;
+    if (kv.page_size < kTile) {
+      const uint32_t run_box[4] = {box[0], box[1], 1, uint32_t(kTile) / box[1]};
+      p.k_run_map = make_tma_map_16bit("decode attention K page runs", kv.k_pages, f16, 4, dims, strides, run_box);
+      p.v_run_map = make_tma_map_16bit("decode attention V page runs", kv.v_pages, f16, 4, dims, strides, run_box);
+    }
   }
   const dim3 grid = plan.work.empty()
                        ? dim3(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads))

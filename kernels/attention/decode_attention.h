@@ -20,7 +20,9 @@ struct DecodeShape {
   int heads = 0;    // query heads, a multiple of the cache's kv_heads
   int q_len = 1;    // new query tokens per sequence, the last q_len positions of its cache
   int max_len = 0;  // the longest sequence in the batch (the host knows it when it plans)
-  int64_t total_len = 0;  // the batch's tokens, summed (0: unknown, taken as batch · max_len)
+  // The batch's tokens, summed (0: unknown, taken as batch · max_len); the sum of `lengths` when those
+  // are given.
+  int64_t total_len = 0;
   // Each sequence's length, where the host knows them (empty: unknown). The tma variant's plan for
   // a ragged batch then launches only the blocks that hold keys, longest first.
   std::vector<int> lengths;
