@@ -48,6 +48,14 @@ struct Axis {
   std::string help;
 };
 
+// A kernel that reads what some implementations must read, laid out as they read it, and does nothing
+// else: the fastest this GPU moves those bytes, timed in the same run (a per-case ceiling where the
+// layout, not the byte count, sets the rate: scattered KV pages, say).
+struct ReadBound {
+  std::string name;
+  std::vector<std::function<void(cudaStream_t)>> ways;  // the bound is the fastest of them
+};
+
 // One case's inputs and outputs on the device, made by the op from seeded random values.
 class Problem {
  public:
@@ -58,6 +66,8 @@ class Problem {
   virtual std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const = 0;
   // A trusted fp32 GPU path for cases too large for the CPU: writes one fp32 tensor per output.
   virtual void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const = 0;
+  // The read bounds its implementations are held to (Impl::read_bound), if any.
+  virtual std::vector<ReadBound> read_bounds() const { return {}; }
 };
 
 // An implementation bound to one Problem: plans built, workspace allocated, ready to launch.
@@ -99,6 +109,9 @@ struct Impl {
   std::function<std::string(const Case&)> unsupported;
   // Builds the instance. May throw Unsupported (e.g. a library finds no engine) or OutOfMemory.
   std::function<std::unique_ptr<Instance>(const Problem&, const Case&, cudaStream_t)> prepare;
+  // The problem's ReadBound this implementation is held to ("": none): its row gets read_bound_us and
+  // pct_of_read_bound.
+  std::string read_bound;
 };
 
 // Relative-error tolerance ‖out−ref‖/‖ref‖ for each dtype.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -237,6 +238,12 @@ class SweepRunner {
       return false;
     }
 
+    std::map<std::string, double> bound_us;
+    if (time_read_bounds(pc, *problem, todo, bound_us, progress)) {
+      fail_all(Status::error, "timing the case's read bounds lost the CUDA context");
+      return true;
+    }
+
     std::optional<double> baseline_us;
     for (auto& existing : rows_)
       if (existing.is_baseline && existing.op == pc.c.op && existing.params == pc.c.params &&
@@ -246,6 +253,12 @@ class SweepRunner {
       if (r.time_us) {
         if (r.is_baseline) baseline_us = r.time_us->median;
         if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
+        const Impl* impl = pc.op->find_impl(r.impl);
+        auto bound = impl ? bound_us.find(impl->read_bound) : bound_us.end();
+        if (bound != bound_us.end()) {
+          r.metrics["read_bound_us"] = bound->second;
+          r.metrics["pct_of_read_bound"] = 100.0 * bound->second / r.time_us->median;
+        }
       }
       record(std::move(r), progress);
     };
@@ -309,6 +322,38 @@ class SweepRunner {
       finish(std::move(c.row));
     }
     return lost;
+  }
+
+  // Times each read bound that an implementation still to run is held to, as the case's settings time
+  // an implementation: `us` gets the median of its fastest way. A bound that fails is noted and left
+  // out (its rows go without). Returns true when the CUDA context is lost.
+  bool time_read_bounds(const PlannedCase& pc, const Problem& problem, const std::vector<const PlannedImpl*>& todo,
+                        std::map<std::string, double>& us, Progress& progress) {
+    if (opt_.profile) return false;
+    std::set<std::string> wanted;
+    for (auto* pi : todo)
+      if (!pi->impl->read_bound.empty() && pi->skip_reason.empty()) wanted.insert(pi->impl->read_bound);
+    if (wanted.empty()) return false;
+    const MeasureSettings& m = pc.sweep->measure;
+    for (const ReadBound& bound : problem.read_bounds()) {
+      if (!wanted.count(bound.name)) continue;
+      const std::string label = "read_bound:" + bound.name;
+      try {
+        NvtxCaseRange range(pc.c, label);
+        double best = INFINITY;
+        for (auto& way : bound.ways)
+          best = std::min(best, pool(run_benchmark(pc.c.name(label), m.repetitions, [&] {
+                                  return timer_->measure(way, m);
+                                })).stats.median);
+        us[bound.name] = best;
+      } catch (const CudaError& e) {
+        progress.note(fmt::format("{}: {}", pc.c.name(label), e.what()));
+        if (e.sticky) return true;
+      } catch (const std::exception& e) {
+        progress.note(fmt::format("{}: {}", pc.c.name(label), e.what()));
+      }
+    }
+    return false;
   }
 
   // An implementation of a case: its row, and its instance while it is checked and not yet timed.

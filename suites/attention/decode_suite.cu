@@ -15,6 +15,7 @@
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
 #include "suites/attention/attention_suites.h"
+#include "suites/attention/kv_read_bound.h"
 
 namespace topt::suites {
 
@@ -166,9 +167,18 @@ class DecodeProblem : public Problem {
     k_pages = OwnedTensor(c.dtype, {pages, shape.kv_heads, shape.page_size, shape.head_dim}, "K pages");
     v_pages = OwnedTensor(c.dtype, {pages, shape.kv_heads, shape.page_size, shape.head_dim}, "V pages");
     table = DeviceBuffer(table_host.size() * sizeof(int32_t), "block table");
+    // The pages that hold tokens, sequence after sequence: what the read bound reads.
+    std::vector<int32_t> pages_read;
+    for (int b = 0; b < shape.batch; ++b)
+      for (int64_t j = 0; j < kernels::KvCacheManager::pages_for(lens[size_t(b)], shape.page_size); ++j)
+        pages_read.push_back(table_host[size_t(b) * max_pages + size_t(j)]);
+    pages_read_count = int64_t(pages_read.size());
+    page_ids_read = DeviceBuffer(pages_read.size() * sizeof(int32_t), "pages read");
     seq_lens = DeviceBuffer(lens.size() * sizeof(int32_t), "sequence lengths");
     CUDA_CHECK(cudaMemcpyAsync(table.get(), table_host.data(), table.bytes(), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(seq_lens.get(), lens.data(), seq_lens.bytes(), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(page_ids_read.get(), pages_read.data(), page_ids_read.bytes(), cudaMemcpyHostToDevice,
+                               stream));
     // Scores of spread ±1.3 or so: softmax weights that vary, not a flat average.
     fill_uniform(*q, seed, -4.f, 4.f, stream);
     fill_uniform(*k_pages, seed + 1, -1.f, 1.f, stream);
@@ -224,6 +234,26 @@ class DecodeProblem : public Problem {
     CUDA_CHECK(cudaStreamSynchronize(stream));  // before `scratch` is freed
   }
 
+  // "pages": the pages that hold tokens, through this case's tables (paged implementations).
+  // "contiguous": as many pages' bytes in one range, as a contiguous cache holds them (cuDNN's).
+  std::vector<ReadBound> read_bounds() const override {
+    std::vector<ReadBound> bounds;
+    for (bool paged : {true, false}) {
+      KvPages kv;
+      kv.k = k_pages->data;
+      kv.v = v_pages->data;
+      kv.page_ids = paged ? page_ids_read.as<int32_t>() : nullptr;
+      kv.pages = pages_read_count;
+      kv.kv_heads = shape.kv_heads;
+      kv.piece_bytes = int64_t(shape.page_size) * shape.head_dim * int64_t(dtype_size(shape.dtype));
+      ReadBound bound{paged ? "pages" : "contiguous", {}};
+      for (KvReadOrder order : {KvReadOrder::page_major, KvReadOrder::head_major})
+        bound.ways.push_back([kv, order](cudaStream_t s) { read_kv_pages(kv, order, s); });
+      bounds.push_back(std::move(bound));
+    }
+    return bounds;
+  }
+
   kernels::PagedKv paged_kv() const {
     kernels::PagedKv kv;
     kv.k_pages = k_pages->data;
@@ -248,10 +278,12 @@ class DecodeProblem : public Problem {
   DecodeCase shape;
   std::vector<int> lens;
   int max_pages, num_pages = 0;
+  int64_t pages_read_count = 0;
   std::vector<int32_t> table_host;  // (batch, max_pages)
   OwnedTensor q, o;                 // (batch, heads, q_len, head_dim)
   OwnedTensor k_pages, v_pages;     // (num_pages, kv_heads, page_size, head_dim)
   DeviceBuffer table, seq_lens;
+  DeviceBuffer page_ids_read;  // (pages_read_count): the read bound's pages
 };
 
 const DecodeProblem& as_decode(const Problem& p) { return static_cast<const DecodeProblem&>(p); }
@@ -357,7 +389,8 @@ Impl ours_impl(const char* name, kernels::DecodeVariant variant, const char* not
   return {name, Role::ours, note, ours_unsupported,
           [variant](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
             return std::make_unique<OursDecode>(as_decode(p), variant, s);
-          }};
+          },
+          "pages"};
 }
 
 }  // namespace
@@ -413,17 +446,20 @@ void register_attention_decode(Registry& registry) {
   op.impls.push_back({"cudnn", Role::baseline, "cuDNN SDPA (graph API) on a contiguous cache, padding mask", nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), false, s);
-                      }});
+                      },
+                      "contiguous"});
   op.impls.push_back({"cudnn_paged", Role::baseline, "cuDNN SDPA on the pages through page tables", nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), true, s);
-                      }});
+                      },
+                      "pages"});
   op.impls.push_back({"gather_cublas", Role::baseline,
                       "gather pages to a contiguous cache, cuBLAS batched q·kᵀ, masked softmax, cuBLAS p·v",
                       nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
-                      }});
+                      },
+                      "pages"});
   // Our ladder, each rung adding one thing to the one before.
   op.impls.push_back(ours_impl("ours_simt", kernels::DecodeVariant::simt,
                                "fused split-KV over the pages, GQA group per block, fp32 CUDA-core math, in-kernel LSE "

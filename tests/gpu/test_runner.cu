@@ -1,6 +1,7 @@
 // `topt run` end to end on the GPU: interleaved timing rounds give every implementation its row,
 // checked, timed and compared with the baseline timed in the same rounds.
 #include <filesystem>
+#include <map>
 
 #include "harness/results.h"
 #include "harness/runner.h"
@@ -51,6 +52,42 @@ ops:
   const Json& peaks = f.context["measured_peaks"];
   ASSERT_TRUE(peaks["dram_copy_GBps"].is_number() && peaks["dram_read_GBps"].is_number()) << peaks.dump();
   EXPECT_GT(peaks["dram_read_GBps"].get<double>(), 0.9 * peaks["dram_copy_GBps"].get<double>()) << peaks.dump();
+  fs::remove_all(opt.out_dir);
+}
+
+// Decode rows carry the time that reading their own layout takes on this GPU: cuDNN's the contiguous
+// cache's, ours the pages through the case's tables. Neither bound reads faster than the measured read
+// rate allows for the case's bytes, which a bound that skipped bytes would.
+TEST_F(RunnerGpuTest, DecodeRowsAreHeldToTheReadBoundOfTheirLayout) {
+  const Config cfg = parse_config(R"(
+name: read_bound
+measure: {cache: cold_clean, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
+check: {cpu_reference_max_elements: 0}
+ops:
+  - op: attention_decode
+    impls: [cudnn, ours_v3]
+    axes: {batch: 16, context: 4096, heads: 64, kv_heads: 8, page_size: 16, dtype: bf16}
+)",
+                                  "read_bound.yaml", builtin_registry());
+  RunOptions opt;
+  opt.out_dir = (fs::temp_directory_path() / "topt_read_bound_test").string();
+  ASSERT_EQ(run_sweep(cfg, builtin_registry(), opt), 0);
+  const ResultsFile f = read_results_json((fs::path(opt.out_dir) / "results.json").string());
+  ASSERT_EQ(f.rows.size(), 2u);
+  const double read_GBps = f.context["measured_peaks"]["dram_read_GBps"].get<double>();
+  std::map<std::string, double> bound_us;
+  for (const ResultRow& r : f.rows) {
+    SCOPED_TRACE(r.key());
+    ASSERT_EQ(r.status, Status::ok) << r.reason;
+    ASSERT_TRUE(r.metrics.contains("read_bound_us") && r.metrics.contains("pct_of_read_bound")) << r.metrics.dump();
+    const double us = r.metrics["read_bound_us"].get<double>();
+    EXPECT_LE(r.bytes / (us * 1e-6) / 1e9, 1.03 * read_GBps) << "the bound reads faster than the GPU can";
+    EXPECT_NEAR(r.metrics["pct_of_read_bound"].get<double>(), 100.0 * us / r.time_us->median, 1e-6);
+    bound_us[r.impl] = us;
+  }
+  // The shuffled pages are no faster to read than the same bytes in one range (a few percent slower on
+  // the H100).
+  EXPECT_GE(bound_us["ours_v3"], 0.98 * bound_us["cudnn"]);
   fs::remove_all(opt.out_dir);
 }
 
