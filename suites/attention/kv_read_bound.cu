@@ -30,8 +30,12 @@ struct ReadArgs {
 };
 
 __device__ const char* copy_source(const ReadArgs& a, int64_t i) {
+  if (!a.page_ids) {  // contiguous: K's range, then V's
+    const int64_t half = a.copies / 2;
+    return (i < half ? a.k + i * a.copy_bytes : a.v + (i - half) * a.copy_bytes);
+  }
   const KvCopy c = kv_copy(i, a.order, a.pages, a.kv_heads, a.copies_per_piece);
-  const int64_t page = a.page_ids ? __ldg(a.page_ids + c.page_index) : c.page_index;
+  const int64_t page = __ldg(a.page_ids + c.page_index);
   return (c.tensor ? a.v : a.k) + ((page * a.kv_heads + c.head) * a.copies_per_piece + c.copy) * int64_t(a.copy_bytes);
 }
 

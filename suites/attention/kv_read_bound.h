@@ -14,7 +14,8 @@ namespace topt::suites {
 struct KvPages {
   const void* k = nullptr;
   const void* v = nullptr;
-  const int32_t* page_ids = nullptr;  // the pages read, in sequence order; null: pages 0 … pages−1 (contiguous)
+  const int32_t* page_ids = nullptr;  // the pages read, in sequence order; null: the same bytes as one range each
+                                      // of K and V from k and v (a contiguous cache)
   int64_t pages = 0;
   int kv_heads = 0;
   int64_t piece_bytes = 0;  // a multiple of 16
@@ -23,7 +24,8 @@ struct KvPages {
 // Which bytes the GPU's blocks read side by side.
 enum class KvReadOrder {
   page_major,  // every block takes the next 4 KB of the batch in turn: neighbouring pieces of a page together
-  head_major,  // each block a run of one (head, tensor)'s pages, as a decode block streams them
+  head_major,  // each block a run of one (head, tensor)'s pages, as a decode block streams them (contiguous:
+               // a run of the range)
 };
 
 // The i-th copy of a read: which page of the list, tensor (0: K, 1: V), head and copy of the piece.
