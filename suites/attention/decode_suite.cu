@@ -174,6 +174,8 @@ class DecodeProblem : public Problem {
         pages_read.push_back(table_host[size_t(b) * max_pages + size_t(j)]);
     pages_read_count = int64_t(pages_read.size());
     page_ids_read = DeviceBuffer(pages_read.size() * sizeof(int32_t), "pages read");
+    read_counters = DeviceBuffer(2 * sizeof(unsigned long long), "read bound counters");
+    CUDA_CHECK(cudaMemsetAsync(read_counters.get(), 0, read_counters.bytes(), stream));
     seq_lens = DeviceBuffer(lens.size() * sizeof(int32_t), "sequence lengths");
     CUDA_CHECK(cudaMemcpyAsync(table.get(), table_host.data(), table.bytes(), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(seq_lens.get(), lens.data(), seq_lens.bytes(), cudaMemcpyHostToDevice, stream));
@@ -246,8 +248,9 @@ class DecodeProblem : public Problem {
       kv.pages = pages_read_count;
       kv.kv_heads = shape.kv_heads;
       kv.piece_bytes = int64_t(shape.page_size) * shape.head_dim * int64_t(dtype_size(shape.dtype));
+      kv.counters = read_counters.as<unsigned long long>();
       ReadBound bound{paged ? "pages" : "contiguous", {}};
-      for (KvReadOrder order : {KvReadOrder::page_major, KvReadOrder::head_major})
+      for (KvReadOrder order : {KvReadOrder::page_major, KvReadOrder::head_major, KvReadOrder::dynamic})
         bound.ways.push_back([kv, order](cudaStream_t s) { read_kv_pages(kv, order, s); });
       bounds.push_back(std::move(bound));
     }
@@ -284,6 +287,7 @@ class DecodeProblem : public Problem {
   OwnedTensor k_pages, v_pages;     // (num_pages, kv_heads, page_size, head_dim)
   DeviceBuffer table, seq_lens;
   DeviceBuffer page_ids_read;  // (pages_read_count): the read bound's pages
+  DeviceBuffer read_counters;  // the read bound's dynamic way: chunks claimed, blocks done
 };
 
 const DecodeProblem& as_decode(const Problem& p) { return static_cast<const DecodeProblem&>(p); }

@@ -1,7 +1,9 @@
 // A per-case ceiling for decode attention: the time this GPU takes to read a case's K/V as one
 // layout holds them, with no attention at all. Implementations that read that layout are held to it
 // (the runner's `read_bound_us`): on scattered page tables it is the hardware's rate for those
-// pages, which the contiguous read rate overstates.
+// pages, which the contiguous read rate overstates. Every way reads the same bytes; the bound is the
+// fastest, and the dynamic way is the one that every SM's speed cannot hold back (on the H100, 24 of
+// the 132 SMs stream ~25% faster than the rest, so that a static split leaves them idle at the end).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -19,6 +21,9 @@ struct KvPages {
   int64_t pages = 0;
   int kv_heads = 0;
   int64_t piece_bytes = 0;  // a multiple of 16
+  // KvReadOrder::dynamic: two zeroed counters in device memory (the chunks claimed, the blocks done),
+  // which the last block leaves zeroed again.
+  unsigned long long* counters = nullptr;
 };
 
 // Which bytes the GPU's blocks read side by side.
@@ -26,6 +31,7 @@ enum class KvReadOrder {
   page_major,  // every block takes the next 4 KB of the batch in turn: neighbouring pieces of a page together
   head_major,  // each block a run of one (head, tensor)'s pages, as a decode block streams them (contiguous:
                // a run of the range)
+  dynamic,     // page-major, in chunks that the blocks claim one after another as they go
 };
 
 // The i-th copy of a read: which page of the list, tensor (0: K, 1: V), head and copy of the piece.
@@ -38,7 +44,7 @@ __host__ __device__ inline KvCopy kv_copy(int64_t i, KvReadOrder order, int64_t 
   KvCopy c;
   c.copy = int(i % copies_per_piece);
   int64_t r = i / copies_per_piece;
-  if (order == KvReadOrder::page_major) {  // (page, tensor, head, copy)
+  if (order != KvReadOrder::head_major) {  // (page, tensor, head, copy)
     c.head = int(r % kv_heads);
     r /= kv_heads;
     c.tensor = int(r % 2);
@@ -52,7 +58,7 @@ __host__ __device__ inline KvCopy kv_copy(int64_t i, KvReadOrder order, int64_t 
   return c;
 }
 
-// The copies block `block` of `blocks` issues: first, first + step, … (count of them).
+// The copies block `block` of `blocks` issues: first, first + step, … (count of them); static orders only.
 struct KvBlockCopies {
   int64_t first, step, count;
 };

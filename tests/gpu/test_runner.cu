@@ -57,7 +57,9 @@ ops:
 
 // Decode rows carry the time that reading their own layout takes on this GPU: cuDNN's the contiguous
 // cache's, ours the pages through the case's tables. Neither bound reads faster than the measured read
-// rate allows for the case's bytes, which a bound that skipped bytes would.
+// rate allows for the case's bytes (give or take the 1% that balancing the SMs gains over that rate's
+// static split), which a bound that skipped bytes, or a dynamic way that found its counters unreset
+// after the first launch, would.
 TEST_F(RunnerGpuTest, DecodeRowsAreHeldToTheReadBoundOfTheirLayout) {
   const Config cfg = parse_config(R"(
 name: read_bound

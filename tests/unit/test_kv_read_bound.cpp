@@ -46,6 +46,11 @@ TEST(KvReadBound, PageMajorReadsAPageBeforeTheNextAndHeadMajorStreamsOneHeadsPag
     EXPECT_EQ(c.page_index, i / 2);
   }
   EXPECT_EQ(kv_copy(10, KvReadOrder::head_major, 5, 3, 2).tensor, 1);
+  // Dynamic chunks walk the page-major enumeration.
+  for (int64_t i = 0; i < 5 * 2 * 3 * 2; ++i) {
+    const KvCopy d = kv_copy(i, KvReadOrder::dynamic, 5, 3, 2), p = kv_copy(i, KvReadOrder::page_major, 5, 3, 2);
+    EXPECT_TRUE(d.page_index == p.page_index && d.tensor == p.tensor && d.head == p.head && d.copy == p.copy) << i;
+  }
 }
 
 }  // namespace
