@@ -13,14 +13,13 @@ namespace {
 namespace sm90 = kernels::sm90;
 
 // Measured on the H100 (scratch study, session 8): 4 blocks per SM with 48 KB rings of 4 KB copies
-// read scattered page-16 tables fastest of 1, 2 or 4 blocks with 192, 96 or 48 KB; the same kernel
-// reads a contiguous range at 3.09–3.11 TB/s, the harness's read rate.
+// read scattered page-16 tables fastest of 1, 2 or 4 blocks with 192, 96 or 48 KB. Dynamic claims of
+// 64 KB read fastest of 64, 256 and 1024 KB (1024 lost 10-25% everywhere, 256 on the small cases), and
+// read 4.3-8.6 GB in one range at 3.14-3.17 TB/s, 1% above the harness's static read rate.
 constexpr int kBlocksPerSm = 4;
 constexpr int kRingBytes = 48 * 1024;
 constexpr int kMaxCopyBytes = 4096;
 constexpr int kThreads = 64;  // a producer warp and a warp that frees the slots
-// Dynamic: 64 KB a claim (of 16, 64 or 256 copies of 4 KB, this read fastest on the H100's large cases;
-// 256 lost 10-25% everywhere, 64 lost on the small ones).
 constexpr int kChunkBytes = 64 * 1024;
 
 struct ReadArgs {

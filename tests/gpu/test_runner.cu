@@ -1,7 +1,9 @@
 // `topt run` end to end on the GPU: interleaved timing rounds give every implementation its row,
-// checked, timed and compared with the baseline timed in the same rounds.
+// checked, timed and compared with the baseline timed in the same rounds; read bounds reach the rows
+// held to them.
 #include <filesystem>
 #include <map>
+#include <string>
 
 #include "harness/results.h"
 #include "harness/runner.h"
@@ -12,10 +14,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class RunnerGpuTest : public GpuTest {};
+class RunnerGpuTest : public GpuTest {
+ protected:
+  // Runs the config `yaml` (named `name`) into a fresh folder that TearDown removes; its results.
+  ResultsFile run(const std::string& yaml, const std::string& name) {
+    const Config cfg = parse_config(yaml, name + ".yaml", builtin_registry());
+    RunOptions opt;
+    opt.out_dir = out_dir_ = (fs::temp_directory_path() / ("topt_" + name + "_test")).string();
+    EXPECT_EQ(run_sweep(cfg, builtin_registry(), opt), 0);
+    return read_results_json((fs::path(out_dir_) / "results.json").string());
+  }
+  void TearDown() override {
+    if (!out_dir_.empty()) fs::remove_all(out_dir_);
+    GpuTest::TearDown();
+  }
+
+ private:
+  std::string out_dir_;
+};
 
 TEST_F(RunnerGpuTest, InterleavedRoundsTimeEveryImplementation) {
-  const Config cfg = parse_config(R"(
+  const ResultsFile f = run(R"(
 name: interleave
 measure: {interleave: true, repetitions: 6, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
 ops:
@@ -23,11 +42,7 @@ ops:
     impls: [unfused, cudnn, ours]
     axes: {tokens: [16, 4096], hidden: 4096, dtype: bf16}
 )",
-                                  "interleave.yaml", builtin_registry());
-  RunOptions opt;
-  opt.out_dir = (fs::temp_directory_path() / "topt_interleave_test").string();
-  ASSERT_EQ(run_sweep(cfg, builtin_registry(), opt), 0);
-  const ResultsFile f = read_results_json((fs::path(opt.out_dir) / "results.json").string());
+                            "interleave");
   ASSERT_EQ(f.rows.size(), 6u);
   for (const ResultRow& r : f.rows) {
     SCOPED_TRACE(r.key());
@@ -52,7 +67,6 @@ ops:
   const Json& peaks = f.context["measured_peaks"];
   ASSERT_TRUE(peaks["dram_copy_GBps"].is_number() && peaks["dram_read_GBps"].is_number()) << peaks.dump();
   EXPECT_GT(peaks["dram_read_GBps"].get<double>(), 0.9 * peaks["dram_copy_GBps"].get<double>()) << peaks.dump();
-  fs::remove_all(opt.out_dir);
 }
 
 // Decode rows carry the time that reading their own layout takes on this GPU: cuDNN's the contiguous
@@ -61,7 +75,7 @@ ops:
 // static split), which a bound that skipped bytes, or a dynamic way that found its counters unreset
 // after the first launch, would.
 TEST_F(RunnerGpuTest, DecodeRowsAreHeldToTheReadBoundOfTheirLayout) {
-  const Config cfg = parse_config(R"(
+  const ResultsFile f = run(R"(
 name: read_bound
 measure: {cache: cold_clean, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
 check: {cpu_reference_max_elements: 0}
@@ -70,11 +84,7 @@ ops:
     impls: [cudnn, ours_v3]
     axes: {batch: 16, context: 4096, heads: 64, kv_heads: 8, page_size: 16, dtype: bf16}
 )",
-                                  "read_bound.yaml", builtin_registry());
-  RunOptions opt;
-  opt.out_dir = (fs::temp_directory_path() / "topt_read_bound_test").string();
-  ASSERT_EQ(run_sweep(cfg, builtin_registry(), opt), 0);
-  const ResultsFile f = read_results_json((fs::path(opt.out_dir) / "results.json").string());
+                            "read_bound");
   ASSERT_EQ(f.rows.size(), 2u);
   const double read_GBps = f.context["measured_peaks"]["dram_read_GBps"].get<double>();
   std::map<std::string, double> bound_us;
@@ -90,7 +100,6 @@ ops:
   // The shuffled pages are no faster to read than the same bytes in one range (a few percent slower on
   // the H100).
   EXPECT_GE(bound_us["ours_v3"], 0.98 * bound_us["cudnn"]);
-  fs::remove_all(opt.out_dir);
 }
 
 }  // namespace
