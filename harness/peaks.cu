@@ -1,7 +1,6 @@
 #include <cuda_bf16.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "harness/cuda_check.h"
@@ -57,70 +56,21 @@ __global__ void read_kernel(const uint4* __restrict__ src, size_t n, uint4* sink
   if (acc == 0x7fc00001u) sink->x = acc;  // an arbitrary value (1 in 2^32): the store is never made, in practice
 }
 
-// The same loads, but each warp claims its next 64 KB from a counter as it goes (the claim after next
-// in flight while it reads). An equal share per warp is not the GPU's limit: on the H100, 24 of the
-// 132 SMs stream 21-28% faster than the rest and would sit idle at the end (session 8). `counters`
-// (claimed, warps done) start at zero, and the last warp leaves them so.
-__global__ void read_claimed_kernel(const uint4* __restrict__ src, size_t n, unsigned long long* counters,
-                                    uint4* sink) {
-  constexpr int kLoads = 4;
-  constexpr unsigned long long kChunk = 4096;  // 16-byte words: 64 KB
-  const int lane = threadIdx.x % 32;
-  auto claim = [&] {
-    unsigned long long c = 0;
-    if (lane == 0) c = atomicAdd(counters, kChunk);
-    return __shfl_sync(0xffffffffu, c, 0);
-  };
-  uint32_t acc = 0;
-  for (unsigned long long chunk = claim(); chunk < n;) {
-    const unsigned long long next = claim();
-    const size_t end = chunk + kChunk < n ? chunk + kChunk : n;
-    for (size_t base = chunk; base < end; base += 32 * kLoads) {
-      uint4 v[kLoads];
-#pragma unroll
-      for (int k = 0; k < kLoads; ++k) {
-        const size_t i = base + k * 32 + lane;
-        v[k] = i < end ? __ldcs(src + i) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int k = 0; k < kLoads; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-    }
-    chunk = next;
-  }
-  const unsigned long long warps = static_cast<unsigned long long>(gridDim.x) * blockDim.x / 32;
-  if (lane == 0 && atomicAdd(counters + 1, 1ull) == warps - 1) {  // every claim is made: reset both
-    counters[0] = 0;
-    counters[1] = 0;
-  }
-  if (acc == 0x7fc00001u) sink->x = acc;
-}
-
-// The faster of the two kernels above.
 double measure_read_GBps(Timer& timer, cudaStream_t stream, uint64_t seed) {
   constexpr size_t kBytes = size_t(1) << 30;  // far beyond any L2
   OwnedTensor src(DType::f32, {int64_t(kBytes / 4)}, "read-peak source");
   DeviceBuffer sink(sizeof(uint4), "read-peak sink");
-  DeviceBuffer counters(2 * sizeof(unsigned long long), "read-peak counters");
-  CUDA_CHECK(cudaMemsetAsync(counters.get(), 0, counters.bytes(), stream));
   fill_uniform(*src, seed, -1, 1, stream);
   const int sms = current_device_sm_count();
   const MeasureSettings m = peak_settings();
-  const auto words = static_cast<const uint4*>(src->data);
-  auto out = static_cast<uint4*>(sink.get());
-  double best_us = INFINITY;
-  for (bool claimed : {false, true}) {
-    Measurement r = timer.measure(
-        [&](cudaStream_t s) {
-          if (claimed)
-            read_claimed_kernel<<<sms * 8, 256, 0, s>>>(words, kBytes / 16, counters.as<unsigned long long>(), out);
-          else
-            read_kernel<<<sms * 8, 256, 0, s>>>(words, kBytes / 16, out);
-          CUDA_CHECK_LAUNCH();
-        },
-        m);
-    best_us = std::min(best_us, r.stats.median);
-  }
-  return kBytes / (best_us * 1e-6) / 1e9;
+  Measurement r = timer.measure(
+      [&](cudaStream_t s) {
+        read_kernel<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(src->data), kBytes / 16,
+                                            static_cast<uint4*>(sink.get()));
+        CUDA_CHECK_LAUNCH();
+      },
+      m);
+  return kBytes / (r.stats.median * 1e-6) / 1e9;
 }
 
 double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
@@ -229,9 +179,8 @@ nlohmann::ordered_json peaks_json(const MeasuredPeaks& p) {
   j["dram_read_GBps"] = p.dram_read_GBps ? nlohmann::ordered_json(*p.dram_read_GBps) : nullptr;
   j["bf16_gemm_TFLOPs"] = p.bf16_gemm_TFLOPs ? nlohmann::ordered_json(*p.bf16_gemm_TFLOPs) : nullptr;
   j["empty_kernel_us"] = p.empty_kernel_us ? nlohmann::ordered_json(*p.empty_kernel_us) : nullptr;
-  j["method"] = "median of >=10 hot runs: cudaMemcpyAsync D2D of 1 GiB (read+write bytes); the faster of two kernels reading 1 GiB "
-                "(16-byte streaming loads, 2 KB in a row per warp and step, 8 blocks of 256 threads per SM; an equal "
-                "share per warp, or 64 KB claimed at a time); "
+  j["method"] = "median of >=10 hot runs: cudaMemcpyAsync D2D of 1 GiB (read+write bytes); a kernel reading 1 GiB "
+                "(16-byte streaming loads, 2 KB in a row per warp and step, 8 blocks of 256 threads per SM); "
                 "cuBLASLt bf16 8192^3, fp32 accumulate, random inputs, fastest of its first 4 heuristic candidates; "
                 "an empty kernel timed like every row (cold L2, launch hidden), median of >=50";
   if (!p.notes.empty()) j["notes"] = p.notes;
