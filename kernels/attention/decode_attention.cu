@@ -711,8 +711,8 @@ struct TmaLayout {
 // epilogue hide under the other's loads) or 6 (202 KB, 1 block per SM: the fewest splits when the
 // groups fit one wave), with 8 consumer warps so that each scheduler still has 2 to issue from.
 constexpr int kStagesTma = 3;
-constexpr int kMaxPagesPerTile = kTile / 16;  // the smallest page holds 16 tokens
 constexpr int kStagesTmaDeep = 6;
+constexpr int kMaxPagesPerTile = kTile / 16;  // the smallest page holds 16 tokens
 constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is __syncthreads)
 // W consumer warps, then the producer warp. W = 2 · kWarps: the two halves take alternate tiles.
 constexpr int tma_threads(int W) { return 32 * W + 32; }

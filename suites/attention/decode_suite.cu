@@ -272,11 +272,8 @@ class DecodeProblem : public Problem {
     kv.num_pages = num_pages;
     return kv;
   }
-  kernels::DecodeShape decode_shape() const {
-    int64_t total = 0;
-    for (int len : lens) total += len;
-    return {shape.heads, shape.q_len, shape.context, total, lens};
-  }
+  // The plan takes the batch's total from the lengths.
+  kernels::DecodeShape decode_shape() const { return {shape.heads, shape.q_len, shape.context, 0, lens}; }
 
   DecodeCase shape;
   std::vector<int> lens;
