@@ -247,6 +247,11 @@ struct TileLoader {
   }
 };
 
+// Column of dim `col` in row `r` of the warps' partial outputs in shared memory. An MMA fragment's
+// float2 stores hit 8 rows at once, kHeadDim floats (one bank) apart: shifting every row's columns by
+// (r mod 4) · 8 floats spreads them over all 32 banks. Groups of 4 stay whole, so float4 stores still fit.
+__device__ __forceinline__ int red_col(int r, int col) { return col ^ ((r & 3) << 3); }
+
 // The factor that rescales one warp's share of a row to the row's common max over the warps: the
 // warp's running max m_own against sM (count warps, `stride` apart). When `owner`, also rescales
 // the warp's running sum in place (sL_own), so that the block's output does not recompute every
@@ -274,7 +279,7 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       l += sL[w * ROWS + r];
-      o += sRed[(w * ROWS + r) * kHeadDim + d];
+      o += sRed[(w * ROWS + r) * kHeadDim + red_col(r, d)];
     }
     o = l > 0.f ? o / l : 0.f;
     const int64_t row = place.first_row + r;
@@ -522,7 +527,7 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
     for (int r = 0; r < ROWS; ++r) {
       const float f =
           rescale_to_common_max(sM[warp * ROWS + r], sM + r, ROWS, kWarps, sL + warp * ROWS + r, lane == 0);
-      *reinterpret_cast<float4*>(sRed + (warp * ROWS + r) * kHeadDim + 4 * lane) =
+      *reinterpret_cast<float4*>(sRed + (warp * ROWS + r) * kHeadDim + red_col(r, 4 * lane)) =
           make_float4(acc[r][0] * f, acc[r][1] * f, acc[r][2] * f, acc[r][3] * f);
     }
     __syncthreads();
@@ -647,7 +652,7 @@ struct MmaWarp {
       const float f = rescale_to_common_max(m_run[h], sM + r, kMmaRows, W, sL + warp * kMmaRows + r, t4 == 0);
 #pragma unroll
       for (int n = 0; n < kHeadDim / 8; ++n)
-        *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + n * 8 + 2 * t4) =
+        *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + red_col(r, n * 8 + 2 * t4)) =
             make_float2(o[n][2 * h] * f, o[n][2 * h + 1] * f);
     }
     sync();
