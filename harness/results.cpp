@@ -300,7 +300,10 @@ std::string results_markdown(const ResultsFile& f) {
       if (r.op != op) continue;
       std::string p = md_cell(r.params.str() + ",dtype=" + r.dtype);
       std::string impl = md_cell(r.is_baseline ? r.impl + " (baseline)" : r.impl);
-      std::string status = md_cell(r.status == Status::ok ? "ok" : std::string(status_name(r.status)) + ": " + r.reason);
+      std::string status = md_cell(r.status != Status::ok ? std::string(status_name(r.status)) + ": " + r.reason
+                                   : !r.throttled      ? "ok"
+                                   : r.sm_clock_mhz    ? fmt::format("ok, throttled ({:.0f} MHz)", *r.sm_clock_mhz)
+                                                       : "ok, throttled");
       md << "| " << p << " | " << impl << " | " << status << " | "
          << (r.time_us ? fmt::format("{:.2f}", r.time_us->median) : "") << " | "
          << (r.time_us ? fmt::format("{:.1f}", 100 * r.time_us->stdrel) : "") << " | "
@@ -330,6 +333,25 @@ std::string results_markdown(const ResultsFile& f) {
     md << '\n';
   }
   return md.str();
+}
+
+std::string throttled_rows_warning(const std::vector<ResultRow>& rows, int max_sm_clock_mhz) {
+  int timed = 0, throttled = 0;
+  std::optional<double> lowest;
+  for (const ResultRow& r : rows) {
+    if (!r.time_us) continue;
+    ++timed;
+    if (!r.throttled) continue;
+    ++throttled;
+    if (r.sm_clock_mhz && (!lowest || *r.sm_clock_mhz < *lowest)) lowest = r.sm_clock_mhz;
+  }
+  if (!throttled) return "";
+  std::string clock = lowest ? fmt::format(", median SM clock as low as {:.0f} MHz", *lowest) : "";
+  if (lowest && max_sm_clock_mhz > 0) clock += fmt::format(" of {} MHz", max_sm_clock_mhz);
+  return fmt::format("{} of {} timed rows ran while the GPU throttled{}: their times are the cooling's or the power "
+                     "cap's, not the kernels'. `nvidia-smi -q -d PERFORMANCE` names the reason; rerun on a GPU that "
+                     "holds its clock.",
+                     throttled, timed, clock);
 }
 
 }  // namespace topt

@@ -65,6 +65,12 @@ std::vector<ResultRow> read_jsonl(const std::string& path);  // skips a torn las
 // A column per metric any row has ("metrics.<name>") after the fixed columns.
 void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows);
 // One table per op: shape × implementation; then, where rows carry metrics, a table of those.
+// A row timed while the GPU throttled says so in its status cell.
 std::string results_markdown(const ResultsFile& f);
+
+// Empty, or a warning that names how many timed rows ran while the GPU throttled and the lowest
+// median SM clock among them against `max_sm_clock_mhz` (0: unknown). Their times measure the
+// cooling or the power cap, not the kernels: a run on such a GPU should not be read as a result.
+std::string throttled_rows_warning(const std::vector<ResultRow>& rows, int max_sm_clock_mhz);
 
 }  // namespace topt

@@ -81,6 +81,8 @@ class SweepRunner {
     for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
     fmt::print("topt run: {} rows: {} ok, {} failed, {} unsupported or skipped; results in {}\n", rows_.size(), ok,
                failed, other, opt_.out_dir);
+    if (std::string warning = throttled_rows_warning(rows_, device_.max_sm_clock_mhz); !warning.empty())
+      fmt::print(stderr, "topt run: warning: {}\n", warning);
     int gate_failures = check_gates();
     if (context_lost)
       fmt::print(stderr,

@@ -154,5 +154,32 @@ TEST_F(ResultsIo, MetricsTableAndCsvColumns) {
   EXPECT_EQ(results_markdown(f).find("metrics"), std::string::npos);
 }
 
+// A GPU that throttles (a hot host: SM clock at 345-742 MHz of 1980) times rows 1.5-2x slow with
+// every check passing: the run says so, and so does every such row's status.
+TEST_F(ResultsIo, ThrottledRowsAreNamedInTheWarningAndTheirStatus) {
+  std::vector<ResultRow> rows = {sample_row("cudnn", 10), sample_row("ours", 8), sample_row("ours_v2", 9)};
+  EXPECT_EQ(throttled_rows_warning(rows, 1980), "");
+  rows[1].throttled = true;
+  rows[1].sm_clock_mhz = 742;
+  rows[2].throttled = true;
+  rows[2].sm_clock_mhz = 345;
+  const std::string warning = throttled_rows_warning(rows, 1980);
+  EXPECT_EQ(warning.rfind("2 of 3 timed rows ran while the GPU throttled, median SM clock as low as 345 MHz of 1980 MHz",
+                          0),
+            0u)
+      << warning;
+  rows[0].time_us.reset();  // an untimed row (failed check) is not counted
+  rows[2].sm_clock_mhz.reset();
+  EXPECT_EQ(throttled_rows_warning(rows, 0).rfind("2 of 2 timed rows ran while the GPU throttled, median SM clock as "
+                                                  "low as 742 MHz:", 0),
+            0u);
+
+  ResultsFile f;
+  f.rows = rows;
+  const std::string md = results_markdown(f);
+  EXPECT_NE(md.find("| ours | ok, throttled (742 MHz) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ours_v2 | ok, throttled |"), std::string::npos) << md;
+}
+
 }  // namespace
 }  // namespace topt
