@@ -51,9 +51,13 @@ struct Axis {
 // A kernel that reads what some implementations must read, laid out as they read it, and does nothing
 // else: the fastest this GPU moves those bytes, timed in the same run (a per-case ceiling where the
 // layout, not the byte count, sets the rate: scattered KV pages, say).
+struct ReadWay {
+  std::string name;  // recorded with the rows as `read_bound_way` where this way is the fastest
+  std::function<void(cudaStream_t)> launch;
+};
 struct ReadBound {
   std::string name;
-  std::vector<std::function<void(cudaStream_t)>> ways;  // the bound is the fastest of them
+  std::vector<ReadWay> ways;  // the bound is the fastest of them
 };
 
 // One case's inputs and outputs on the device, made by the op from seeded random values.

@@ -240,8 +240,8 @@ class SweepRunner {
       return false;
     }
 
-    std::map<std::string, double> bound_us;
-    if (time_read_bounds(pc, *problem, todo, bound_us, progress)) {
+    std::map<std::string, TimedBound> bounds;
+    if (time_read_bounds(pc, *problem, todo, bounds, progress)) {
       fail_all(Status::error, "timing the case's read bounds lost the CUDA context");
       return true;
     }
@@ -256,10 +256,11 @@ class SweepRunner {
         if (r.is_baseline) baseline_us = r.time_us->median;
         if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
         const Impl* impl = pc.op->find_impl(r.impl);
-        auto bound = impl ? bound_us.find(impl->read_bound) : bound_us.end();
-        if (bound != bound_us.end()) {
-          r.metrics["read_bound_us"] = bound->second;
-          r.metrics["pct_of_read_bound"] = 100.0 * bound->second / r.time_us->median;
+        auto bound = impl ? bounds.find(impl->read_bound) : bounds.end();
+        if (bound != bounds.end()) {
+          r.metrics["read_bound_us"] = bound->second.us;
+          r.metrics["pct_of_read_bound"] = 100.0 * bound->second.us / r.time_us->median;
+          r.metrics["read_bound_way"] = bound->second.way;
         }
       }
       record(std::move(r), progress);
@@ -326,11 +327,17 @@ class SweepRunner {
     return lost;
   }
 
+  // A read bound's median: that of its fastest way, which is named.
+  struct TimedBound {
+    double us = INFINITY;
+    std::string way;
+  };
+
   // Times each read bound that an implementation still to run is held to, as the case's settings time
-  // an implementation: `us` gets the median of its fastest way. A bound that fails is noted and left
-  // out (its rows go without). Returns true when the CUDA context is lost.
+  // an implementation. A bound that fails is noted and left out (its rows go without). Returns true
+  // when the CUDA context is lost.
   bool time_read_bounds(const PlannedCase& pc, const Problem& problem, const std::vector<const PlannedImpl*>& todo,
-                        std::map<std::string, double>& us, Progress& progress) {
+                        std::map<std::string, TimedBound>& timed, Progress& progress) {
     if (opt_.profile) return false;
     std::set<std::string> wanted;
     for (auto* pi : todo)
@@ -342,12 +349,14 @@ class SweepRunner {
       const std::string label = "read_bound:" + bound.name;
       try {
         NvtxCaseRange range(pc.c, label);
-        double best = INFINITY;
-        for (auto& way : bound.ways)
-          best = std::min(best, pool(run_benchmark(pc.c.name(label), m.repetitions, [&] {
-                                  return timer_->measure(way, m);
-                                })).stats.median);
-        us[bound.name] = best;
+        TimedBound best;
+        for (const ReadWay& way : bound.ways) {
+          const double us = pool(run_benchmark(pc.c.name(label), m.repetitions, [&] {
+                              return timer_->measure(way.launch, m);
+                            })).stats.median;
+          if (us < best.us) best = {us, way.name};
+        }
+        timed[bound.name] = best;
       } catch (const CudaError& e) {
         progress.note(fmt::format("{}: {}", pc.c.name(label), e.what()));
         if (e.sticky) return true;

@@ -251,7 +251,7 @@ class DecodeProblem : public Problem {
       kv.counters = read_counters.as<unsigned long long>();
       ReadBound bound{paged ? "pages" : "contiguous", {}};
       for (KvReadOrder order : {KvReadOrder::page_major, KvReadOrder::head_major, KvReadOrder::dynamic})
-        bound.ways.push_back([kv, order](cudaStream_t s) { read_kv_pages(kv, order, s); });
+        bound.ways.push_back({kv_read_order_name(order), [kv, order](cudaStream_t s) { read_kv_pages(kv, order, s); }});
       bounds.push_back(std::move(bound));
     }
     return bounds;

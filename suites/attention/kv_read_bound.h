@@ -34,6 +34,10 @@ enum class KvReadOrder {
   dynamic,     // page-major, in chunks that the blocks claim one after another as they go
 };
 
+inline const char* kv_read_order_name(KvReadOrder order) {
+  return order == KvReadOrder::page_major ? "page_major" : order == KvReadOrder::head_major ? "head_major" : "dynamic";
+}
+
 // The i-th copy of a read: which page of the list, tensor (0: K, 1: V), head and copy of the piece.
 struct KvCopy {
   int64_t page_index;

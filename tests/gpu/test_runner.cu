@@ -95,6 +95,8 @@ ops:
     const double us = r.metrics["read_bound_us"].get<double>();
     EXPECT_LE(r.bytes / (us * 1e-6) / 1e9, 1.03 * read_GBps) << "the bound reads faster than the GPU can";
     EXPECT_NEAR(r.metrics["pct_of_read_bound"].get<double>(), 100.0 * us / r.time_us->median, 1e-6);
+    const std::string way = r.metrics.value("read_bound_way", "");
+    EXPECT_TRUE(way == "page_major" || way == "head_major" || way == "dynamic") << r.metrics.dump();
     bound_us[r.impl] = us;
   }
   // The shuffled pages are no faster to read than the same bytes in one range (a few percent slower on
