@@ -61,6 +61,12 @@ constexpr double kMinWaveEfficiencyV2 = 0.95;
 // 0.5% everywhere (GQA 16 × 32k 349.8 / 350.0 / 336.9 µs), NOTES.md.
 constexpr int kMinRaggedSplitTiles = 8;
 constexpr int kBlockOverheadTiles = 4;
+// Uniform batches of at least kTailRounds rounds of blocks (tma): the last round's groups are cut in
+// kTailPieces. H100, MHA b64 × 4k (7.8 rounds, 2 blocks per SM), two passes: 1407.8 → 1392.3 µs (cut
+// in 2: 1394.8); at 1.9 rounds it lost (MHA b16 × 4k 356.0 → 359.9, GQA b64 × 4k 359.0 → 371.3).
+// Between 2 and 7.8 rounds it was not measured.
+constexpr int kTailRounds = 4;
+constexpr int kTailPieces = 4;
 // simt: the second half of the rows sits 4 floats further on in shared memory, so that the two
 // halves of a warp, each reading one row's q at the same dims, hit different banks.
 constexpr int kQHalfSkew = 4;
@@ -133,7 +139,7 @@ __device__ __forceinline__ float online_softmax_step(float (&s)[N], float& m_run
 // This block's work: the work list's item, or its place in the grid.
 __device__ DecodeWorkItem block_work(const DecodeParams& p) {
   if (p.work) return p.work[blockIdx.x];
-  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.splits};
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.splits, p.split_tokens};
 }
 
 // Where a block sits: its split of one sequence's cache and its rows of one KV head's queries.
@@ -146,8 +152,8 @@ struct BlockPlace {
   __device__ BlockPlace(const DecodeParams& p, int rows_per_block) : BlockPlace(p, rows_per_block, block_work(p)) {}
   __device__ BlockPlace(const DecodeParams& p, int rows_per_block, const DecodeWorkItem& w)
       : split(w.split), row_block(w.row_block), group(w.group), splits(w.group_splits), b(group / p.kv_heads),
-        kv_head(group % p.kv_heads), len(p.seq_lens[b]), begin(split * p.split_tokens),
-        end(min(len, begin + p.split_tokens)), row0(row_block * rows_per_block),
+        kv_head(group % p.kv_heads), len(p.seq_lens[b]), begin(split * w.split_tokens),
+        end(min(len, begin + w.split_tokens)), row0(row_block * rows_per_block),
         rows(min(rows_per_block, p.rows_total - row0)), first_row(int64_t(group) * p.rows_total + row0) {}
 
   // Keys before it are visible to block row r: causal among the q_len new tokens.
@@ -958,12 +964,37 @@ std::vector<DecodeWorkItem> plan_work_list(const PagedKv& kv, const DecodeShape&
       for (int row_block = 0; row_block < plan.row_blocks; ++row_block)
         for (int split = 0; split < group_splits; ++split)
           items.push_back({std::clamp(len - split * plan.split_tokens, 0, plan.split_tokens),
-                           {split, row_block, b * kv.kv_heads + kv_head, group_splits}});
+                           {split, row_block, b * kv.kv_heads + kv_head, group_splits, plan.split_tokens}});
   }
   std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   std::vector<DecodeWorkItem> work;
   work.reserve(items.size());
   for (const auto& item : items) work.push_back(item.second);
+  return work;
+}
+
+// A uniform batch of many rounds of equal blocks ends with the slots finishing up to a block
+// apart (the SMs stream at unequal rates): the whole groups go first, then the last `slots` groups
+// in kTailPieces pieces each, so that the last round is made of short blocks.
+std::vector<DecodeWorkItem> plan_tail_list(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan,
+                                           int slots) {
+  const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
+  const int piece_tokens = ceil_div(tiles, kTailPieces) * kTile;
+  const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
+  const int64_t whole = groups - std::min<int64_t>(groups, slots);
+  std::vector<DecodeWorkItem> work;
+  work.reserve(size_t(whole + (groups - whole) * kTailPieces));
+  auto group_of = [&](int64_t g) { return std::pair<int, int>(int(g / plan.row_blocks), int(g % plan.row_blocks)); };
+  for (int64_t g = 0; g < whole; ++g) {
+    const auto [group, row_block] = group_of(g);
+    work.push_back({0, row_block, group, 1, tiles * kTile});
+  }
+  for (int piece = 0; piece < kTailPieces; ++piece)
+    for (int64_t g = whole; g < groups; ++g) {
+      const auto [group, row_block] = group_of(g);
+      const int pieces = std::max(1, ceil_div(shape.lengths[size_t(group / kv.kv_heads)], piece_tokens));
+      if (piece < pieces) work.push_back({piece, row_block, group, pieces, piece_tokens});
+    }
   return work;
 }
 
@@ -1085,6 +1116,10 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   if (plan.splits < 1)
     throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));
   if (work_list) plan.work = plan_work_list(kv, shape, plan);
+  if (tma && near_uniform && !shape.lengths.empty() && plan.splits == 1 && groups >= kTailRounds * slots) {
+    plan.work = plan_tail_list(kv, shape, plan, slots);
+    plan.splits = kTailPieces;
+  }
   plan.workspace_bytes = WorkspaceLayout(kv, shape, plan).bytes;
   return plan;
 }

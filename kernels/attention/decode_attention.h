@@ -41,9 +41,10 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma };
 
 // One block of a launch over a work list: its split of the sequence's cache, its rows of the KV
-// head's queries, its (sequence · KV head) group, and how many splits that group has.
+// head's queries, its (sequence · KV head) group, how many splits that group has and how many
+// tokens each of them spans (the last one to the sequence's end).
 struct alignas(16) DecodeWorkItem {
-  int split, row_block, group, group_splits;
+  int split, row_block, group, group_splits, split_tokens;
 };
 
 // How a launch is cut, chosen on the host from the batch, the lengths and this device's SM count
@@ -52,12 +53,15 @@ struct DecodePlan {
   DecodeVariant variant = DecodeVariant::mma;
   int rows_per_block = 0;   // query rows (group heads × q_len) one block takes: 1, 2, 4, 8 or 16
   int row_blocks = 0;       // blocks over the rows of one KV head
-  int splits = 0;           // blocks over one sequence's cache (with a work list: the longest's)
-  int split_tokens = 0;     // tokens per split, a multiple of the block's tile
+  int splits = 0;           // blocks over one sequence's cache (with a work list: the most a group has)
+  int split_tokens = 0;     // tokens per split, a multiple of the block's tile (with a work list: the
+                            // longest split's; each item says its own)
   int blocks_per_sm = 0;
   int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
   // Ragged batches with known lengths (tma): the blocks that hold keys, longest split first, so
   // that no block slot waits on blocks with nothing to read and the longest work starts first.
+  // Uniform batches of many rounds of blocks (tma): whole groups, then the last round's groups cut
+  // in pieces, so that the slots end closer together.
   // Empty: the launch is the whole grid of (splits, row_blocks, groups).
   std::vector<DecodeWorkItem> work;
   size_t workspace_bytes = 0;  // the work list, partial outputs and combine counters; 0 when none is needed

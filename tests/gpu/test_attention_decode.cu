@@ -4,6 +4,7 @@
 #include "kernels/attention/decode_attention.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -45,7 +46,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          DecodeParam{3, 2049, "uniform", 4, 16, 2, 64},
                                          DecodeParam{5, 513, "ragged", 3, 4, 4, 128},
                                          DecodeParam{1, 4099, "uniform", 8, 8, 8, 256},
-                                         DecodeParam{2, 17, "uniform", 8, 2, 1, 16}),
+                                         DecodeParam{2, 17, "uniform", 8, 2, 1, 16},
+                                         // 1280 groups: enough rounds of blocks for ours_v3's tail plan
+                                         DecodeParam{40, 300, "uniform", 1, 32, 32, 16}),
                        ::testing::Values(DType::bf16, DType::f16)),
     [](const auto& info) {
       const DecodeParam& s = std::get<0>(info.param);
@@ -167,6 +170,40 @@ TEST_F(GpuTest, DecodeRaggedWorkListHoldsTheBlocksWithKeysLongestFirst) {
   EXPECT_THROW(kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma), std::invalid_argument);
   shape.lengths.assign(6, 40000);
   EXPECT_THROW(kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma), std::invalid_argument);
+}
+
+// A uniform batch of many rounds of blocks launches its whole groups, then the last round's worth
+// of groups cut in pieces; one of two rounds keeps the grid.
+TEST_F(GpuTest, DecodeManyRoundsCutTheLastRoundsGroups) {
+  const int batch = 64, kv_heads = 32, len = 4096;
+  const kernels::PagedKv kv = planned_cache(batch, kv_heads);
+  const kernels::DecodeShape shape{32, 1, len, int64_t(batch) * len, std::vector<int>(batch, len)};
+  const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
+  const int slots = current_device_sm_count() * plan.blocks_per_sm;
+  const int groups = batch * kv_heads * plan.row_blocks;
+  if (groups < 4 * slots) GTEST_SKIP() << "this GPU takes " << groups << " groups in fewer than 4 rounds";
+  ASSERT_FALSE(plan.work.empty()) << plan.describe();
+  std::map<std::pair<int, int>, std::set<int>> splits_of;  // (group, row block) -> its splits
+  size_t i = 0;
+  for (; i < plan.work.size() && plan.work[i].group_splits == 1; ++i) {
+    EXPECT_GE(plan.work[i].split_tokens, len);
+    splits_of[{plan.work[i].group, plan.work[i].row_block}].insert(plan.work[i].split);
+  }
+  EXPECT_EQ(i, size_t(groups - slots)) << "whole groups first, all but the last round's";
+  for (; i < plan.work.size(); ++i) {
+    const auto& w = plan.work[i];
+    EXPECT_EQ(w.group_splits, plan.splits);
+    EXPECT_GE(int64_t(w.split_tokens) * w.group_splits, len);
+    EXPECT_LT(int64_t(w.split_tokens) * (w.group_splits - 1), len) << "a piece past the end";
+    EXPECT_TRUE(splits_of[std::make_pair(w.group, w.row_block)].insert(w.split).second) << "a piece listed twice";
+  }
+  EXPECT_EQ(splits_of.size(), size_t(groups)) << "every group once";
+  for (const auto& [g, splits] : splits_of)
+    EXPECT_TRUE(splits.size() == 1 || int(splits.size()) == plan.splits) << "group " << g.first;
+
+  const kernels::PagedKv two_rounds = planned_cache(16, kv_heads);
+  const kernels::DecodeShape short_batch{32, 1, len, 16 * len, std::vector<int>(16, len)};
+  EXPECT_TRUE(kernels::plan_decode(two_rounds, short_batch, kernels::DecodeVariant::tma).work.empty());
 }
 
 TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {
