@@ -48,13 +48,14 @@ struct Axis {
   std::string help;
 };
 
-// A kernel that reads what some implementations must read, laid out as they read it, and does nothing
-// else: the fastest this GPU moves those bytes, timed in the same run (a per-case ceiling where the
-// layout, not the byte count, sets the rate: scattered KV pages, say).
+// One way of reading a bound's bytes (an order, a schedule).
 struct ReadWay {
   std::string name;  // recorded with the rows as `read_bound_way` where this way is the fastest
   std::function<void(cudaStream_t)> launch;
 };
+// A kernel that reads what some implementations must read, laid out as they read it, and does nothing
+// else: the fastest this GPU moves those bytes, timed in the same run (a per-case ceiling where the
+// layout, not the byte count, sets the rate: scattered KV pages, say).
 struct ReadBound {
   std::string name;
   std::vector<ReadWay> ways;  // the bound is the fastest of them
