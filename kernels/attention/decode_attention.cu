@@ -974,13 +974,12 @@ std::vector<DecodeWorkItem> plan_work_list(const PagedKv& kv, const DecodeShape&
 }
 
 // A uniform batch of many rounds of equal blocks ends with the slots finishing up to a block
-// apart (the SMs stream at unequal rates): the whole groups go first, then the last `slots` groups
-// in kTailPieces pieces each, so that the last round is made of short blocks.
+// apart (the SMs stream at unequal rates): the whole groups (of `tiles` tiles; (group, row block)
+// pairs, `groups` of them) go first, then the last `slots` groups in kTailPieces pieces each, so
+// that the last round is made of short blocks.
 std::vector<DecodeWorkItem> plan_tail_list(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan,
-                                           int slots) {
-  const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
+                                           int64_t groups, int tiles, int slots) {
   const int piece_tokens = ceil_div(tiles, kTailPieces) * kTile;
-  const int64_t groups = int64_t(kv.batch) * kv.kv_heads * plan.row_blocks;
   const int64_t whole = groups - std::min<int64_t>(groups, slots);
   std::vector<DecodeWorkItem> work;
   work.reserve(size_t(whole + (groups - whole) * kTailPieces));
@@ -1117,7 +1116,7 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));
   if (work_list) plan.work = plan_work_list(kv, shape, plan);
   if (tma && near_uniform && !shape.lengths.empty() && plan.splits == 1 && groups >= kTailRounds * slots) {
-    plan.work = plan_tail_list(kv, shape, plan, slots);
+    plan.work = plan_tail_list(kv, shape, plan, groups, tiles, slots);
     plan.splits = kTailPieces;
   }
   plan.workspace_bytes = WorkspaceLayout(kv, shape, plan).bytes;
