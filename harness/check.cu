@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cub/block/block_reduce.cuh>
 #include <limits>
@@ -10,49 +11,157 @@
 
 namespace topt {
 
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::bf16: return 0x1p-8;
+    case DType::f16: return 0x1p-11;
+    case DType::f32: return 0x1p-24;
+    case DType::f64: return 0x1p-53;
+  }
+  return 0;
+}
+
+double ElementTolerance::allowed(double ref) const { return atol + rtol * std::fabs(ref); }
+
+ElementTolerance element_tolerance(const ErrorModel& m, double scale) {
+  const double u = unit_roundoff(m.dtype), sum = double(m.reduction) * unit_roundoff(DType::f32);
+  return {kCheckMargin * ((m.roundings + m.term_roundings) * u + sum) * scale,
+          kCheckMargin * (m.roundings * u + sum)};
+}
+
+namespace {
+// error / allowed, with 0/0 = 0 and anything over a zero allowance infinite.
+__host__ __device__ inline double share_of_allowance(double error, double allowed) {
+  if (error <= allowed) return allowed > 0 ? error / allowed : 0;
+  return allowed > 0 && isfinite(error) ? error / allowed : INFINITY;
+}
+}  // namespace
+
+double WorstElement::ratio() const { return share_of_allowance(error, allowed); }
+
 void CheckResult::merge(const CheckResult& o) {
+  wrong += o.wrong;
   nonfinite += o.nonfinite;
   elements += o.elements;
   if (std::isnan(o.rel_error) || o.rel_error > rel_error) rel_error = o.rel_error;
+  if (o.worst && (!worst || o.worst->ratio() > worst->ratio())) worst = o.worst;
 }
 
-std::string CheckResult::describe(double tolerance) const {
-  if (nonfinite)
-    return fmt::format("{} of {} elements are NaN/inf where the reference is finite (unwritten or overflow)",
-                       nonfinite, elements);
-  return fmt::format("rel_error {:.3e} {} tolerance {:.1e}", rel_error, rel_error <= tolerance ? "<=" : ">",
-                     tolerance);
+std::string CheckResult::describe() const {
+  std::string s = wrong ? fmt::format("{} of {} elements wrong", wrong, elements)
+                        : fmt::format("all {} elements within tolerance", elements);
+  if (nonfinite) s += fmt::format(" ({} NaN/inf where the reference is finite: unwritten or overflowed)", nonfinite);
+  if (worst)
+    s += fmt::format("; worst {}[{}]: {:.6g} against {:.6g}, error {:.3g} {} allowed {:.3g}", worst->output,
+                     worst->where, worst->out, worst->ref, worst->error, worst->ratio() > 1 ? ">" : "<=",
+                     worst->allowed);
+  return s + fmt::format("; rel_error {:.3e}", rel_error);
+}
+
+std::string locate_in_shape(const std::vector<int64_t>& shape, const std::vector<std::string>& dims, int64_t index) {
+  if (shape.size() != dims.size() || shape.empty()) return fmt::format("element {}", index);
+  std::vector<int64_t> coord(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coord[d] = shape[d] ? index % shape[d] : 0;
+    index = shape[d] ? index / shape[d] : 0;
+  }
+  std::string s;
+  for (size_t d = 0; d < dims.size(); ++d) s += fmt::format("{}{} {}", d ? ", " : "", dims[d], coord[d]);
+  return s;
+}
+
+SequenceRow locate_in_sequences(const std::vector<int32_t>& offsets, int64_t row) {
+  const auto next = std::upper_bound(offsets.begin(), offsets.end(), row);
+  const int64_t b = std::max<int64_t>(0, (next - offsets.begin()) - 1);
+  return {b, row - (offsets.empty() ? 0 : offsets[size_t(b)])};
+}
+
+std::string Problem::locate(size_t output, int64_t index) const {
+  return locate_in_shape(outputs().at(output).shape, output_specs().at(output).dims, index);
 }
 
 namespace {
 
-CheckResult finish(double diff2, double ref2, int64_t nonfinite, int64_t n) {
+// Sums over the finite reference values, from which rel_error and atol's scale follow.
+struct RefSums {
+  double diff2 = 0, ref2 = 0;
+  int64_t finite = 0;     // finite reference values
+  int64_t nonfinite = 0;  // outputs NaN/inf where the reference is finite
+  double rms() const { return finite ? std::sqrt(ref2 / double(finite)) : 0; }
+  double rel_error() const {
+    if (nonfinite) return std::numeric_limits<double>::quiet_NaN();
+    // An all-zero reference (a fully masked row, say) is compared in absolute terms.
+    return ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  }
+};
+
+// One element's share of its allowance: > 1 is wrong, infinite for a non-finite mismatch.
+__host__ __device__ inline double error_ratio(double o, double r, double atol, double rtol, double& error,
+                                              double& allowed) {
+  allowed = atol + rtol * fabs(r);
+  if (!isfinite(r)) {
+    const bool same = (isnan(r) && isnan(o)) || o == r;
+    error = same ? 0 : INFINITY;
+    return same ? 0 : INFINITY;
+  }
+  error = isfinite(o) ? fabs(o - r) : INFINITY;
+  return share_of_allowance(error, allowed);
+}
+
+// The sums over `ref`'s finite values; with `out`, its differences from them too.
+RefSums sum_reference(const std::vector<double>& ref, const std::vector<double>* out) {
+  RefSums sums;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(ref[i])) continue;
+    ++sums.finite;
+    sums.ref2 += ref[i] * ref[i];
+    if (!out) continue;
+    if (std::isfinite((*out)[i])) sums.diff2 += ((*out)[i] - ref[i]) * ((*out)[i] - ref[i]);
+    else ++sums.nonfinite;
+  }
+  return sums;
+}
+
+CheckResult finish(const RefSums& sums, int64_t n) {
   CheckResult r;
-  r.nonfinite = nonfinite;
   r.elements = n;
-  // An all-zero reference (a fully masked row, say) is compared in absolute terms.
-  r.rel_error = nonfinite ? std::numeric_limits<double>::quiet_NaN()
-                          : (ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2));
+  r.nonfinite = sums.nonfinite;
+  r.rel_error = sums.rel_error();
   return r;
 }
 
 constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;
+
+// The worst element a block saw.
+struct BlockWorst {
+  double ratio;
+  long long index;
+  double out, ref;
+};
+
+struct WorseOf {
+  __device__ BlockWorst operator()(const BlockWorst& a, const BlockWorst& b) const {
+    return b.ratio > a.ratio || (b.ratio == a.ratio && b.index >= 0 && (a.index < 0 || b.index < a.index)) ? b : a;
+  }
+};
+
+struct DeviceSums {
+  double diff2, ref2;
+  unsigned long long finite, nonfinite, wrong;
+};
 
 template <class T>
-__global__ void compare_kernel(const T* out, const float* ref, int64_t n, double* sums,
-                               unsigned long long* nonfinite) {
+__global__ void reference_sums_kernel(const T* out, const float* ref, int64_t n, DeviceSums* sums) {
   double d2 = 0, r2 = 0;
-  unsigned long long bad = 0;
+  unsigned long long finite = 0, bad = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    double o = to_f64(out[i]), r = ref[i];
-    if (!isfinite(o) && isfinite(r)) {
-      ++bad;
-      continue;
-    }
-    if (isfinite(r)) {
-      d2 += (o - r) * (o - r);
-      r2 += r * r;
-    }
+    const double o = to_f64(out[i]), r = ref[i];
+    if (!isfinite(r)) continue;
+    ++finite;
+    r2 += r * r;
+    if (isfinite(o)) d2 += (o - r) * (o - r);
+    else ++bad;
   }
   using Reduce = cub::BlockReduce<double, kThreads>;
   using ReduceCount = cub::BlockReduce<unsigned long long, kThreads>;
@@ -60,59 +169,105 @@ __global__ void compare_kernel(const T* out, const float* ref, int64_t n, double
     typename Reduce::TempStorage d;
     typename ReduceCount::TempStorage c;
   } tmp;
-  double bd2 = Reduce(tmp.d).Sum(d2);
+  const double bd2 = Reduce(tmp.d).Sum(d2);
   __syncthreads();
-  double br2 = Reduce(tmp.d).Sum(r2);
+  const double br2 = Reduce(tmp.d).Sum(r2);
   __syncthreads();
-  unsigned long long bbad = ReduceCount(tmp.c).Sum(bad);
+  const unsigned long long bfinite = ReduceCount(tmp.c).Sum(finite);
+  __syncthreads();
+  const unsigned long long bbad = ReduceCount(tmp.c).Sum(bad);
   if (threadIdx.x == 0) {
-    atomicAdd(&sums[0], bd2);
-    atomicAdd(&sums[1], br2);
-    atomicAdd(nonfinite, bbad);
+    atomicAdd(&sums->diff2, bd2);
+    atomicAdd(&sums->ref2, br2);
+    atomicAdd(&sums->finite, bfinite);
+    atomicAdd(&sums->nonfinite, bbad);
+  }
+}
+
+template <class T>
+__global__ void wrong_elements_kernel(const T* out, const float* ref, int64_t n, double atol, double rtol,
+                                      DeviceSums* sums, BlockWorst* block_worst) {
+  unsigned long long wrong = 0;
+  BlockWorst mine{-1, -1, 0, 0};
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double o = to_f64(out[i]), r = ref[i];
+    double error, allowed;
+    const double ratio = error_ratio(o, r, atol, rtol, error, allowed);
+    wrong += ratio > 1;
+    if (ratio > mine.ratio) mine = {ratio, (long long)i, o, r};
+  }
+  using Reduce = cub::BlockReduce<BlockWorst, kThreads>;
+  using ReduceCount = cub::BlockReduce<unsigned long long, kThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage w;
+    typename ReduceCount::TempStorage c;
+  } tmp;
+  const BlockWorst worst = Reduce(tmp.w).Reduce(mine, WorseOf());
+  __syncthreads();
+  const unsigned long long bwrong = ReduceCount(tmp.c).Sum(wrong);
+  if (threadIdx.x == 0) {
+    block_worst[blockIdx.x] = worst;
+    atomicAdd(&sums->wrong, bwrong);
   }
 }
 
 }  // namespace
 
-CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref) {
+CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref, const ErrorModel& model) {
   if (out.size() != ref.size())
     throw std::invalid_argument(fmt::format("compare: {} outputs vs {} reference values", out.size(), ref.size()));
-  double d2 = 0, r2 = 0;
-  int64_t bad = 0;
+  const RefSums sums = sum_reference(ref, &out);
+  const ElementTolerance tol = element_tolerance(model, sums.rms());
+  CheckResult r = finish(sums, int64_t(out.size()));
   for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i]) && std::isfinite(ref[i])) {
-      ++bad;
-      continue;
-    }
-    if (std::isfinite(ref[i])) {
-      d2 += (out[i] - ref[i]) * (out[i] - ref[i]);
-      r2 += ref[i] * ref[i];
-    }
+    double error, allowed;
+    const double ratio = error_ratio(out[i], ref[i], tol.atol, tol.rtol, error, allowed);
+    r.wrong += ratio > 1;
+    if (!r.worst || ratio > r.worst->ratio()) r.worst = WorstElement{"", int64_t(i), "", out[i], ref[i], error, allowed};
   }
-  return finish(d2, r2, bad, int64_t(out.size()));
+  return r;
 }
 
-CheckResult compare_device(const Tensor& out, const Tensor& ref, cudaStream_t stream) {
+CheckResult compare_device(const Tensor& out, const Tensor& ref, const ErrorModel& model, cudaStream_t stream) {
   if (ref.dtype != DType::f32 || ref.numel() != out.numel())
     throw std::invalid_argument("compare_device: the reference must be fp32 and the output's size");
-  DeviceBuffer acc(2 * sizeof(double) + sizeof(unsigned long long), "check accumulators");
-  CUDA_CHECK(cudaMemsetAsync(acc.get(), 0, acc.bytes(), stream));
-  auto* sums = acc.as<double>();
-  auto* bad = reinterpret_cast<unsigned long long*>(sums + 2);
-  int blocks = int(std::min<int64_t>((out.numel() + kThreads - 1) / kThreads, 4096));
-  if (blocks > 0) {
-    dispatch_dtype(out.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      compare_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), sums, bad);
-    });
+  const int blocks = int(std::min<int64_t>((out.numel() + kThreads - 1) / kThreads, kMaxBlocks));
+  CheckResult r;
+  r.elements = out.numel();
+  if (blocks == 0) return r;
+  DeviceBuffer acc(sizeof(DeviceSums) + size_t(blocks) * sizeof(BlockWorst), "check accumulators");
+  CUDA_CHECK(cudaMemsetAsync(acc.get(), 0, sizeof(DeviceSums), stream));
+  auto* sums = acc.as<DeviceSums>();
+  auto* block_worst = reinterpret_cast<BlockWorst*>(sums + 1);
+  DeviceSums host{};
+  auto read_sums = [&] {
+    CUDA_CHECK(cudaMemcpyAsync(&host, sums, sizeof(host), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  std::vector<BlockWorst> worst(static_cast<size_t>(blocks));
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    reference_sums_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), sums);
     CUDA_CHECK_LAUNCH();
-  }
-  double host_sums[2];
-  unsigned long long host_bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(host_sums, sums, sizeof(host_sums), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(&host_bad, bad, sizeof(host_bad), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return finish(host_sums[0], host_sums[1], int64_t(host_bad), out.numel());
+    read_sums();
+    RefSums s{host.diff2, host.ref2, int64_t(host.finite), int64_t(host.nonfinite)};
+    r = finish(s, out.numel());
+    const ElementTolerance tol = element_tolerance(model, s.rms());
+    wrong_elements_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), tol.atol,
+                                                              tol.rtol, sums, block_worst);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(worst.data(), block_worst, worst.size() * sizeof(BlockWorst), cudaMemcpyDeviceToHost,
+                               stream));
+    read_sums();
+    r.wrong = int64_t(host.wrong);
+    const BlockWorst* w = &worst[0];
+    for (auto& b : worst)
+      if (b.ratio > w->ratio) w = &b;
+    double error, allowed;
+    error_ratio(w->out, w->ref, tol.atol, tol.rtol, error, allowed);
+    r.worst = WorstElement{"", w->index, "", w->out, w->ref, error, allowed};
+  });
+  return r;
 }
 
 Reference compute_reference(const Problem& problem, int64_t cpu_max_elements, cudaStream_t stream) {
@@ -133,13 +288,45 @@ Reference compute_reference(const Problem& problem, int64_t cpu_max_elements, cu
   return ref;
 }
 
+namespace {
+
+CheckResult check_output(const Problem& problem, const Reference& ref, size_t i, const Tensor& out,
+                         const OutputSpec& spec, cudaStream_t stream) {
+  CheckResult r = ref.host.empty() ? compare_device(out, *ref.device[i], spec.error, stream)
+                                   : compare_host(to_host_f64(out, stream), ref.host[i], spec.error);
+  if (r.worst) {
+    r.worst->output = spec.name;
+    r.worst->where = problem.locate(i, r.worst->index);
+  }
+  return r;
+}
+
+std::vector<OutputSpec> checked_specs(const Problem& problem, size_t outputs) {
+  auto specs = problem.output_specs();
+  if (specs.size() != outputs)
+    throw std::logic_error(fmt::format("the problem names {} output specs for {} outputs", specs.size(), outputs));
+  return specs;
+}
+
+}  // namespace
+
 CheckResult check_outputs(const Problem& problem, const Reference& ref, cudaStream_t stream) {
+  const auto outs = problem.outputs();
+  const auto specs = checked_specs(problem, outs.size());
   CheckResult total;
-  auto outs = problem.outputs();
-  for (size_t i = 0; i < outs.size(); ++i)
-    total.merge(ref.host.empty() ? compare_device(outs[i], *ref.device[i], stream)
-                                 : compare_host(to_host_f64(outs[i], stream), ref.host[i]));
+  for (size_t i = 0; i < outs.size(); ++i) total.merge(check_output(problem, ref, i, outs[i], specs[i], stream));
   return total;
+}
+
+std::vector<ElementTolerance> output_tolerances(const Problem& problem, const Reference& ref, cudaStream_t stream) {
+  const auto outs = problem.outputs();
+  const auto specs = checked_specs(problem, outs.size());
+  std::vector<ElementTolerance> tols;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const RefSums sums = sum_reference(ref.host.empty() ? to_host_f64(*ref.device[i], stream) : ref.host[i], nullptr);
+    tols.push_back(element_tolerance(specs[i].error, sums.rms()));
+  }
+  return tols;
 }
 
 }  // namespace topt

@@ -1,4 +1,4 @@
-// What an op registers: its axes, cost model, inputs, reference, tolerances and implementations.
+// What an op registers: its axes, cost model, inputs, reference, error models and implementations.
 // The harness selects implementations by name; suites never time or check anything themselves.
 #pragma once
 #include <cuda_runtime.h>
@@ -61,12 +61,40 @@ struct ReadBound {
   std::vector<ReadWay> ways;  // the bound is the fastest of them
 };
 
+// What bounds the error of one output element, from which its tolerance follows (harness/check.h,
+// docs/checks.md): |out − ref| ≤ atol + rtol·|ref|.
+struct ErrorModel {
+  DType dtype = DType::bf16;  // the output's storage type
+  // Roundings to `dtype` (or a type as coarse) on an element's way that scale with the element itself:
+  // the output's own, and intermediates such as a normalized row rounded before the weight multiply.
+  int roundings = 1;
+  // Roundings to `dtype` of the terms of a sum behind an element (attention's P before P·V): their
+  // errors scale with the sum's terms, so they go to atol.
+  int term_roundings = 0;
+  // Length of the longest fp32 sum behind an element (a row's sum of squares, a softmax denominator,
+  // a dot product): fp32 summation errs by at most that many fp32 roundings.
+  int64_t reduction = 1;
+};
+
+// One output as the check sees it.
+struct OutputSpec {
+  std::string name;               // "y", "o", "lse"
+  std::vector<std::string> dims;  // a name per dimension of the tensor, outermost first
+  ErrorModel error;
+};
+
 // One case's inputs and outputs on the device, made by the op from seeded random values.
 class Problem {
  public:
   virtual ~Problem() = default;
   // What every implementation writes: poisoned (NaN) before each run, then checked.
   virtual std::vector<Tensor> outputs() const = 0;
+  // How each output is checked, in outputs() order.
+  virtual std::vector<OutputSpec> output_specs() const = 0;
+  // Where element `index` of output `output` lies, in the op's coordinates ("batch 3, head 17, row
+  // 1022, col 5"). By default the tensor's shape, named by its spec's dims; a ragged layout (tokens
+  // of several sequences in one dimension) says which sequence.
+  virtual std::string locate(size_t output, int64_t index) const;
   // The reference in double on the CPU, one vector per output (small cases).
   virtual std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const = 0;
   // A trusted fp32 GPU path for cases too large for the CPU: writes one fp32 tensor per output.
@@ -119,14 +147,6 @@ struct Impl {
   std::string read_bound;
 };
 
-// Relative-error tolerance ‖out−ref‖/‖ref‖ for each dtype.
-struct Tolerances {
-  std::map<DType, double> by_dtype;
-  double at(DType t) const;
-};
-// The project's one table; an op with a longer reduction chain may pass its own.
-Tolerances default_tolerances();
-
 struct OpDef {
   std::string name;
   std::string summary;
@@ -140,7 +160,6 @@ struct OpDef {
   // Allocates the case's tensors and fills the inputs with values seeded by `seed`.
   std::function<std::unique_ptr<Problem>(const Case&, uint64_t seed, cudaStream_t)> make_problem;
   std::vector<Impl> impls;
-  Tolerances tolerances = default_tolerances();
 
   const Impl* find_impl(const std::string& impl_name) const;
 };

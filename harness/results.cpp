@@ -113,6 +113,8 @@ Json row_to_json(const ResultRow& r) {
   j["speedup_lo"] = opt(r.speedup_lo);
   j["speedup_hi"] = opt(r.speedup_hi);
   j["rel_error"] = opt(r.rel_error);
+  j["wrong_elements"] = r.wrong_elements ? Json(*r.wrong_elements) : Json(nullptr);
+  j["worst_element"] = r.worst_element;
   j["flops"] = r.flops;
   j["bytes"] = r.bytes;
   if (!r.bandwidth_ceiling.empty()) j["bandwidth_ceiling"] = r.bandwidth_ceiling;
@@ -153,6 +155,9 @@ ResultRow row_from_json(const Json& j) {
   r.speedup_lo = opt_from(j, "speedup_lo");
   r.speedup_hi = opt_from(j, "speedup_hi");
   r.rel_error = opt_from(j, "rel_error");
+  if (j.contains("wrong_elements") && j["wrong_elements"].is_number_integer())
+    r.wrong_elements = j["wrong_elements"].get<int64_t>();
+  if (j.contains("worst_element")) r.worst_element = j["worst_element"];
   r.flops = j.value("flops", 0.0);
   r.bytes = j.value("bytes", 0.0);
   r.bandwidth_ceiling = j.value("bandwidth_ceiling", "");
@@ -258,7 +263,8 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
   for (auto& r : rows) all.push_back(&r);
   const std::vector<std::string> metrics = metric_names(all);  // a column each, after the fixed ones
   out << "op,impl,is_baseline,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
-         "tflops,gbps,pct_of_peak,speedup_vs_baseline,speedup_lo,speedup_hi,rel_error,sm_clock_mhz,throttled,noisy";
+         "tflops,gbps,pct_of_peak,speedup_vs_baseline,speedup_lo,speedup_hi,rel_error,wrong_elements,sm_clock_mhz,"
+         "throttled,noisy";
   for (auto& m : metrics) out << ',' << quote("metrics." + m);
   out << '\n';
   for (auto& r : rows) {
@@ -272,7 +278,8 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
     out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
         << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
         << fmt_opt(r.speedup_lo, "{:.4f}") << ',' << fmt_opt(r.speedup_hi, "{:.4f}") << ','
-        << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
+        << fmt_opt(r.rel_error, "{:.3e}") << ',' << (r.wrong_elements ? std::to_string(*r.wrong_elements) : "")
+        << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
         << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0);
     for (auto& m : metrics) {
       out << ',';
@@ -294,8 +301,8 @@ std::string results_markdown(const ResultsFile& f) {
     if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
   for (auto& op : ops) {
     md << "### " << op << "\n\n"
-       << "| params | impl | status | median µs | ±% | TFLOP/s | GB/s | % peak | speedup | rel err |\n"
-       << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+       << "| params | impl | status | median µs | ±% | TFLOP/s | GB/s | % peak | speedup | rel err | wrong |\n"
+       << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (auto& r : f.rows) {
       if (r.op != op) continue;
       std::string p = md_cell(r.params.str() + ",dtype=" + r.dtype);
@@ -310,7 +317,8 @@ std::string results_markdown(const ResultsFile& f) {
          << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
          << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x")
          << (r.speedup_lo && r.speedup_hi ? fmt::format(" [{:.2f}, {:.2f}]", *r.speedup_lo, *r.speedup_hi) : "") << " | "
-         << fmt_opt(r.rel_error, "{:.1e}") << " |\n";
+         << fmt_opt(r.rel_error, "{:.1e}") << " | " << (r.wrong_elements ? std::to_string(*r.wrong_elements) : "")
+         << " |\n";
     }
     md << '\n';
     // What the rows report beside their timing (workspace, hardware counters, ...): a table of its own.

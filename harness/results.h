@@ -30,6 +30,10 @@ struct ResultRow {
   std::string reason;
   std::optional<SampleStats> time_us;
   std::optional<double> tflops, gbps, pct_of_peak, speedup_vs_baseline, rel_error;
+  // The element check (harness/check.h): elements outside their tolerance, and the element with the
+  // largest share of its tolerance ({output, where, out, ref, error, allowed, share_of_tolerance}).
+  std::optional<int64_t> wrong_elements;
+  Json worst_element;
   // Interleaved runs: each round's speedup is baseline/impl within that round (same clock history);
   // [lo, hi] covers the median of those round speedups with >= 95% probability (stats.h).
   std::optional<double> speedup_lo, speedup_hi;

@@ -38,6 +38,16 @@ Json metric_json(double v) {
   return std::floor(v) == v && std::fabs(v) < 0x1p53 ? Json(int64_t(v)) : Json(v);
 }
 
+// The worst element of a check, for the row; JSON has no NaN or inf, so those are written as text.
+Json worst_element_json(const CheckResult& check) {
+  if (!check.worst) return nullptr;
+  const WorstElement& w = *check.worst;
+  auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json(fmt::format("{}", v)); };
+  return {{"output", w.output},          {"where", w.where},         {"out", number(w.out)},
+          {"ref", number(w.ref)},        {"error", number(w.error)}, {"allowed", number(w.allowed)},
+          {"share_of_tolerance", number(w.ratio())}};
+}
+
 class SweepRunner {
  public:
   SweepRunner(const Config& cfg, const RunOptions& opt, const DeviceInfo& device)
@@ -289,9 +299,10 @@ class SweepRunner {
               return;
             }
             NvtxCaseRange range(pc.c, pi->impl->name);
+            poison_outputs(*problem);
             c.reps = run_benchmark(pc.c.name(pi->impl->name), m.repetitions,
                                    [&] { return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m); });
-            finish_timing(c);
+            if (check_timed_output(*problem, ref, c)) finish_timing(c);
           });
       }
       finish(std::move(c.row));
@@ -307,10 +318,12 @@ class SweepRunner {
         if (!c.inst) continue;  // failed in an earlier round
         lost = guarded(c.row, [&] {
           NvtxCaseRange range(pc.c, c.pi->impl->name);
+          poison_outputs(*problem);
           c.reps.push_back(
               run_benchmark(pc.c.name(c.pi->impl->name), 1, [&] {
                 return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m);
               }).front());
+          check_timed_output(*problem, ref, c);
         });
         if (c.row.status != Status::ok) c.inst.reset();
       }
@@ -408,17 +421,16 @@ class SweepRunner {
       // Set-up may have gone to any stream (a plain cudaMemset goes to the legacy one, which our
       // non-blocking stream does not wait for): finish it before the checked launch.
       CUDA_CHECK(cudaDeviceSynchronize());
-      for (auto& out : problem.outputs()) poison_nan(out, stream_);
+      poison_outputs(problem);
       inst->launch(stream_);
       CUDA_CHECK_LAUNCH();
       inst->copy_out(stream_);
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       CheckResult check = check_outputs(problem, ref, stream_);
-      double tol = pc.op->tolerances.at(pc.c.dtype);
-      c.row.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
-      if (!check.passes(tol)) {
+      record_check(check, c.row);
+      if (!check.passes()) {
         c.row.status = Status::check_failed;
-        c.row.reason = check.describe(tol);
+        c.row.reason = check.describe();
         return;
       }
       c.row.status = Status::ok;
@@ -426,6 +438,31 @@ class SweepRunner {
     });
     if (c.row.status != Status::ok) c.inst.reset();
     return lost;
+  }
+
+  void poison_outputs(const Problem& problem) {
+    for (auto& out : problem.outputs()) poison_nan(out, stream_);
+  }
+
+  static void record_check(const CheckResult& check, ResultRow& row) {
+    row.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
+    row.wrong_elements = check.wrong;
+    row.worst_element = worst_element_json(check);
+  }
+
+  // After timing: the last timed launch's outputs, poisoned before the timing, pass the same check as
+  // the first launch did, so an implementation that caches its result or writes nothing on later
+  // launches fails. Returns false, with the row failed and its instance released, when they do not.
+  bool check_timed_output(const Problem& problem, const Reference& ref, Checked& c) {
+    c.inst->copy_out(stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CheckResult check = check_outputs(problem, ref, stream_);
+    if (check.passes()) return true;
+    record_check(check, c.row);
+    c.row.status = Status::check_failed;
+    c.row.reason = "the last timed launch: " + check.describe();
+    c.inst.reset();
+    return false;
   }
 
   // From rounds that both completed: the interval of the median of baseline/impl per round.

@@ -190,6 +190,13 @@ class DecodeProblem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*o}; }
 
+  // Its own rounding, and two roundings of terms of the keys' weighted sum: P before P·V, and the
+  // splits' partial outputs where they are stored in the output's type before they are combined.
+  std::vector<OutputSpec> output_specs() const override {
+    const int64_t sums = *std::max_element(lens.begin(), lens.end()) + shape.head_dim;
+    return {{"o", {"batch", "head", "row", "col"}, {shape.dtype, 1, 2, sums}}};
+  }
+
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     const auto q_host = to_host_f64(*q, stream), k_host = to_host_f64(*k_pages, stream),
                v_host = to_host_f64(*v_pages, stream);

@@ -11,6 +11,9 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
+#include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/kv_cache.h"
@@ -87,6 +90,21 @@ class KvAppendProblem : public Problem {
 
   // The K/V read back out of the cache after the append: it must equal what went in.
   std::vector<Tensor> outputs() const override { return {*k_out, *v_out}; }
+
+  // A copy: no rounding, no arithmetic, so the tolerance is zero.
+  std::vector<OutputSpec> output_specs() const override {
+    const std::vector<std::string> dims{"token", "kv_head", "col"};
+    const ErrorModel exact{batch.dtype, 0, 0, 0};
+    return {{"k", dims, exact}, {"v", dims, exact}};
+  }
+
+  // Tokens of all sequences lie in one dimension: which sequence, and which of its tokens.
+  std::string locate(size_t output, int64_t index) const override {
+    const int64_t per_token = int64_t(batch.kv_heads) * batch.head_dim;
+    const SequenceRow at = locate_in_sequences(offsets_host, index / per_token);
+    return fmt::format("batch {}, token {}, {}", at.sequence, at.row,
+                       locate_in_shape({batch.kv_heads, batch.head_dim}, {"kv_head", "col"}, index % per_token));
+  }
 
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     return {to_host_f64(*k_new, stream), to_host_f64(*v_new, stream)};

@@ -10,8 +10,11 @@
 #include <cmath>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "baselines/attention/prefill_unfused.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
+#include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/prefill_attention.h"
@@ -227,6 +230,24 @@ class PrefillProblem : public Problem {
   }
 
   std::vector<Tensor> outputs() const override { return {*o, *lse}; }
+
+  // O: its own rounding, and P rounded before P·V, whose errors scale with the values averaged (the
+  // sums run over the keys and the head dims). LSE (fp32): the reference's rounding and the same sums.
+  std::vector<OutputSpec> output_specs() const override {
+    const int64_t sums = args.max_seq_k + shape.head_dim;
+    return {{"o", {"token", "head", "col"}, {shape.dtype, 1, 1, sums}},
+            {"lse", {"head", "token"}, {DType::f32, 1, 0, sums}}};
+  }
+
+  // "batch 3, head 17, row 1022, col 5": the token dimension holds every sequence's rows.
+  std::string locate(size_t output, int64_t index) const override {
+    const int64_t heads = shape.heads, dims = shape.head_dim, total = args.total_q;
+    const int64_t token = output == 0 ? index / (heads * dims) : index % total;
+    const int64_t head = output == 0 ? index / dims % heads : index / total;
+    const SequenceRow at = locate_in_sequences(cu_q_host, token);
+    std::string where = fmt::format("batch {}, head {}, row {}", at.sequence, head, at.row);
+    return output == 0 ? fmt::format("{}, col {}", where, index % dims) : where;
+  }
 
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     const auto q_host = to_host_f64(*q, stream), k_host = to_host_f64(*k, stream), v_host = to_host_f64(*v, stream);

@@ -47,6 +47,12 @@ class LayerNormProblem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*y}; }
 
+  // Its own rounding and the normalized row's before w·x̂ + b; the mean and the variance are sums over
+  // the row.
+  std::vector<OutputSpec> output_specs() const override {
+    return {{"y", {"token", "col"}, {shape.dtype, 2, 0, shape.hidden}}};
+  }
+
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     return {layernorm_reference(to_host_f64(*x, stream), to_host_f64(*w, stream), to_host_f64(*b, stream),
                                 shape.tokens, shape.hidden, shape.eps)};

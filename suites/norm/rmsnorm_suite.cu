@@ -58,6 +58,15 @@ class RmsNormProblem : public Problem {
     return {*y};
   }
 
+  // y: its own rounding and x·rsqrt rounded before the weight multiply; normalizing the rounded h,
+  // where the reference normalizes the exact sum, is one more. h: one rounding of an exact fp32 sum.
+  std::vector<OutputSpec> output_specs() const override {
+    const std::vector<std::string> dims{"token", "col"};
+    OutputSpec y_spec{"y", dims, {shape.dtype, with_residual ? 3 : 2, 0, shape.hidden}};
+    if (with_residual) return {{"h", dims, {shape.dtype, 1, 0, 1}}, y_spec};
+    return {y_spec};
+  }
+
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     auto x_host = to_host_f64(*x, stream), w_host = to_host_f64(*w, stream);
     if (!with_residual) return {rmsnorm_reference(x_host, w_host, shape.tokens, shape.hidden, shape.eps)};

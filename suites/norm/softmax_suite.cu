@@ -10,6 +10,7 @@
 
 #include "baselines/cudnn/cudnn_softmax.h"
 #include "baselines/norm/softmax_unfused.h"
+#include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/norm/softmax.h"
@@ -107,6 +108,18 @@ class SoftmaxProblem : public Problem {
   }
 
   std::vector<Tensor> outputs() const override { return {*y}; }
+
+  // Its own rounding and that of exp(x − max) where it is stored before the division; the denominator
+  // is a sum over the row's keys.
+  std::vector<OutputSpec> output_specs() const override {
+    return {{"y", {"row", "col"}, {shape.dtype, 2, 0, shape.cols}}};
+  }
+
+  // A causal softmax's rows are (batch·head, query) pairs.
+  std::string locate(size_t output, int64_t index) const override {
+    if (!shape.causal) return Problem::locate(output, index);
+    return locate_in_shape({shape.batch_heads(), shape.cols, shape.cols}, {"batch·head", "row", "col"}, index);
+  }
 
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     return {softmax_reference(to_host_f64(*x, stream), shape.rows, shape.cols, shape.scale, shape.causal)};

@@ -32,7 +32,7 @@ TEST_P(RmsNormGpu, OursAndUnfusedMatchTheReference) {
   Case c = rmsnorm_case(s, dt);
   for (const char* impl : {"ours", "unfused"}) {
     CheckResult r = run_and_check(c, impl);
-    EXPECT_TRUE(r.passes(tolerance(c))) << impl << " " << c.label() << ": " << r.describe(tolerance(c));
+    EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
   }
 }
 
@@ -42,7 +42,7 @@ TEST_P(RmsNormGpu, CudnnMatchesOrRefusesClearly) {
   bool llama_width = s.hidden == 4096 || s.hidden == 5120 || s.hidden == 8192;
   try {
     CheckResult r = run_and_check(c, "cudnn");
-    EXPECT_TRUE(r.passes(tolerance(c))) << c.label() << ": " << r.describe(tolerance(c));
+    EXPECT_TRUE(r.passes()) << c.label() << ": " << r.describe();
   } catch (const Unsupported& e) {
     EXPECT_FALSE(llama_width) << "cuDNN refused a Llama width: " << e.what();
     EXPECT_NE(std::string(e.what()).find("cuDNN"), std::string::npos) << e.what();
@@ -57,8 +57,8 @@ TEST_F(GpuTest, GpuReferenceAgreesWithCpuReference) {
   // cpu_max_elements 0 forces the fp32 GPU reference; the kernel must pass against both.
   CheckResult on_cpu = run_and_check(c, "ours", 99, int64_t(1) << 30);
   CheckResult on_gpu = run_and_check(c, "ours", 99, 0);
-  EXPECT_TRUE(on_cpu.passes(tolerance(c))) << on_cpu.describe(tolerance(c));
-  EXPECT_TRUE(on_gpu.passes(tolerance(c))) << on_gpu.describe(tolerance(c));
+  EXPECT_TRUE(on_cpu.passes()) << on_cpu.describe();
+  EXPECT_TRUE(on_gpu.passes()) << on_gpu.describe();
   EXPECT_NEAR(on_cpu.rel_error, on_gpu.rel_error, 1e-4);
 }
 
@@ -72,7 +72,7 @@ TEST_F(GpuTest, UnwrittenOutputFailsTheCheck) {
   Reference ref = compute_reference(*problem, 1 << 22, stream);
   for (auto& out : problem->outputs()) poison_nan(out, stream);
   CheckResult r = check_outputs(*problem, ref, stream);  // nothing launched: every element is NaN
-  EXPECT_FALSE(r.passes(tolerance(c)));
+  EXPECT_FALSE(r.passes());
   EXPECT_EQ(r.nonfinite, 4 * 4096);
 }
 
