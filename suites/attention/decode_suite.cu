@@ -191,7 +191,7 @@ class DecodeProblem : public Problem {
   std::vector<Tensor> outputs() const override { return {*o}; }
 
   // Its own rounding, and two roundings of terms of the keys' weighted sum: P before P·V, and the
-  // splits' partial outputs where they are stored in the output's type before they are combined.
+  // scores S or the splits' partial outputs where an implementation stores them in the output's type.
   std::vector<OutputSpec> output_specs() const override {
     const int64_t sums = *std::max_element(lens.begin(), lens.end()) + shape.head_dim;
     return {{"o", {"batch", "head", "row", "col"}, {shape.dtype, 1, 2, sums}}};

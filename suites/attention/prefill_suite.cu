@@ -231,11 +231,12 @@ class PrefillProblem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*o, *lse}; }
 
-  // O: its own rounding, and P rounded before P·V, whose errors scale with the values averaged (the
-  // sums run over the keys and the head dims). LSE (fp32): the reference's rounding and the same sums.
+  // O: its own rounding, and two roundings of the keys' terms whose errors scale with the values
+  // averaged: P before P·V, and the scores S where an implementation stores them (the unfused path).
+  // The sums run over the keys and the head dims. LSE (fp32): the reference's rounding and the same sums.
   std::vector<OutputSpec> output_specs() const override {
     const int64_t sums = args.max_seq_k + shape.head_dim;
-    return {{"o", {"token", "head", "col"}, {shape.dtype, 1, 1, sums}},
+    return {{"o", {"token", "head", "col"}, {shape.dtype, 1, 2, sums}},
             {"lse", {"head", "token"}, {DType::f32, 1, 0, sums}}};
   }
 

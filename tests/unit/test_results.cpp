@@ -46,6 +46,9 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   f.rows[1].status = Status::check_failed;
   f.rows[1].reason = "rel_error 1e-1";
   f.rows[1].time_us.reset();
+  f.rows[1].wrong_elements = 4096;
+  f.rows[1].worst_element = {{"output", "y"}, {"where", "token 5, col 17"}, {"share_of_tolerance", 140.5}};
+  f.rows[0].wrong_elements = 0;
   f.rows[0].speedup_lo = 0.96;
   f.rows[0].bandwidth_ceiling = "read";
   std::string path = (dir / "results.json").string();
@@ -67,6 +70,10 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   EXPECT_EQ(g.rows[1].status, Status::check_failed);
   EXPECT_FALSE(g.rows[1].time_us.has_value());
   EXPECT_EQ(g.rows[1].reason, "rel_error 1e-1");
+  EXPECT_EQ(*g.rows[0].wrong_elements, 0);
+  EXPECT_EQ(*g.rows[1].wrong_elements, 4096);
+  EXPECT_EQ(g.rows[1].worst_element["where"], "token 5, col 17");
+  EXPECT_TRUE(g.rows[0].worst_element.is_null());
 }
 
 TEST_F(ResultsIo, SchemaIsChecked) {
