@@ -317,19 +317,22 @@ __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place
 }
 
 // Publishes this split's partial results; true in (every thread of) the group's last block to finish,
-// which then sees every split's results and combines them.
+// which then sees every split's results and combines them. Thread 0's answer reaches the other
+// threads through the barrier's own reduction (bar.red.or), so no shared-memory flag is written
+// before the barrier and read after it: nothing for racecheck to pair, and nothing to reuse should
+// a block ever count more than one split.
 __device__ bool is_last_split(const DecodeParams& p, const BlockPlace& place) {
-  __shared__ bool s_last_split;
   __threadfence();
   __syncthreads();
+  bool last = false;
   if (threadIdx.x == 0) {
     int* counter = p.counters + int64_t(place.group) * p.row_blocks + place.row_block;
-    s_last_split = atomicAdd(counter, 1) == place.splits - 1;
-    if (s_last_split) atomicExch(counter, 0);  // ready for the next launch
+    last = atomicAdd(counter, 1) == place.splits - 1;
+    if (last) atomicExch(counter, 0);  // ready for the next launch
   }
-  __syncthreads();
-  if (s_last_split) __threadfence();
-  return s_last_split;
+  last = __syncthreads_or(last);
+  if (last) __threadfence();
+  return last;
 }
 
 // The group's last block to finish combines all splits by their log-sum-exp.
