@@ -6,9 +6,10 @@
 # Usage: scripts/sanitize.sh OUT_DIR [TEST_BINARY] [-- gtest args...]
 #   OUT_DIR      where the full logs go (memcheck.log, racecheck.log); $OUT on the device machine
 #   TEST_BINARY  default bundle/topt_gpu_tests (scripts/bundle.sh), else build/release/tests/topt_gpu_tests
-# Environment: SANITIZE_TOOLS (default "memcheck racecheck"), SANITIZE_MEMCHECK_S (300) and
-# SANITIZE_RACECHECK_S (230): each tool's time limit, chosen so that both fit a 10-minute call;
-# COMPUTE_SANITIZER: the tool's path where it is not found by itself.
+# Environment: SANITIZE_TOOLS (default "memcheck racecheck"); SANITIZE_TOTAL_S (540: both tools
+# within a 10-minute call, with room to start), of which memcheck takes at most SANITIZE_MEMCHECK_S
+# (300) and racecheck SANITIZE_RACECHECK_S (default: what memcheck left); COMPUTE_SANITIZER: the
+# tool's path where it is not found by itself.
 # Prints one line per tool ("memcheck: N errors", "racecheck: N hazards", with the tests' counts);
 # exits 0 when every tool ran to its end and found nothing, 1 otherwise, 2 on bad usage.
 set -uo pipefail
@@ -51,7 +52,7 @@ find_sanitizer() {
   fi
   command -v compute-sanitizer && return
   local dir
-  for dir in /usr/local/cuda/bin /usr/local/cuda-*/bin /opt/nvidia/*/compute-sanitizer; do
+  for dir in /usr/local/cuda/bin /usr/local/cuda-*/bin /usr/local/cuda*/compute-sanitizer; do
     [[ -x $dir/compute-sanitizer ]] && echo "$dir/compute-sanitizer" && return
   done
   python3 - <<'PY' 2>/dev/null
@@ -76,6 +77,8 @@ mkdir -p "$OUT_DIR" || { echo "sanitize: cannot create '$OUT_DIR'" >&2; exit 2; 
 source scripts/device_env.sh
 echo "sanitize: $("$SANITIZER" --version | grep -i version | head -n 1) on $BINARY"
 
+min() { echo $(($1 < $2 ? $1 : $2)); }
+
 # One tool over the tests: its full log in OUT_DIR/<tool>.log, its summary line in SUMMARY.
 declare -a SUMMARY=()
 STATUS=0
@@ -85,7 +88,7 @@ run_tool() {
   local log=$OUT_DIR/$tool.log start=$SECONDS rc
   echo "sanitize: $tool (TOPT_SANITIZE=$mode, at most ${limit}s) -> $log"
   TOPT_SANITIZE=$mode timeout --signal=INT --kill-after=20 "$limit" \
-    "$SANITIZER" --tool "$tool" --kernel-name kns=_ZN4topt --error-exitcode 86 --print-limit 0 "$@" \
+    "$SANITIZER" --tool "$tool" --kernel-name kns=_ZN4topt --error-exitcode 86 --print-limit 200 "$@" \
     "$BINARY" "${GTEST_ARGS[@]}" >"$log" 2>&1
   rc=$?
   local found what
@@ -101,25 +104,35 @@ run_tool() {
     found=$(sed -n 's/^========= RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$log" | tail -n 1)
     [[ -n $found ]] || found=$(grep -c 'Race reported between' "$log")
   fi
-  local passed failed note=""
-  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
-  failed=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  # gtest's line per finished test, "[       OK ] Suite.Name (12 ms)" and the like: counts that
+  # hold for a run cut short too.
+  local passed failed skipped note=""
+  passed=$(grep -c '^\[       OK \] .* ([0-9]* ms)$' "$log")
+  failed=$(grep -c '^\[  FAILED  \] .* ([0-9]* ms)$' "$log")
+  skipped=$(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$log")
   case $rc in
     0 | 86) ;;
     124 | 137) note=", TIMED OUT: the count covers the tests run so far" ;;
     1) ;;  # gtest: a test failed (counted below)
     *) note=", exit $rc: see the log" ;;
   esac
-  SUMMARY+=("$tool: $found $what (tests: ${passed:-?} passed, ${failed:-0} failed; $((SECONDS - start))s$note)")
+  SUMMARY+=("$tool: $found $what (tests: $passed passed, $failed failed, $skipped skipped; $((SECONDS - start))s$note)")
   if [[ $found != 0 || $rc != 0 ]]; then STATUS=1; fi
 }
 
+TOTAL_S=${SANITIZE_TOTAL_S:-540}
 for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+  left=$((TOTAL_S - SECONDS))
+  if ((left < 30)); then
+    SUMMARY+=("$tool: not run (${SECONDS}s of SANITIZE_TOTAL_S=${TOTAL_S}s used)")
+    STATUS=1
+    continue
+  fi
   case $tool in
     # API errors are the harness's to catch (CUDA_CHECK), and a test provokes one on purpose (an
     # allocation that cannot fit): memcheck reports device-side errors only.
-    memcheck) run_tool memcheck "${SANITIZE_MEMCHECK_S:-300}" 1 --report-api-errors no ;;
-    racecheck) run_tool racecheck "${SANITIZE_RACECHECK_S:-230}" small --racecheck-report analysis ;;
+    memcheck) run_tool memcheck "$(min "${SANITIZE_MEMCHECK_S:-300}" "$left")" 1 --report-api-errors no ;;
+    racecheck) run_tool racecheck "$(min "${SANITIZE_RACECHECK_S:-$left}" "$left")" small --racecheck-report analysis ;;
     *) echo "sanitize: unknown tool '$tool' in SANITIZE_TOOLS (memcheck, racecheck)" >&2; exit 2 ;;
   esac
 done
