@@ -34,7 +34,7 @@ Case prefill_case(const PrefillParam& s, DType dt) {
 }
 
 const char* const kPrefillImpls[] = {"cudnn",   "unfused", "ours_v1",  "ours_v2_ws", "ours_v2_pingpong",
-                                     "ours_v2", "ours_v3", "ours_v2_tail"};
+                                     "ours_v2", "ours_v2_cluster", "ours_v2_tail"};
 
 class PrefillGpuTest : public GpuTest {
  protected:
