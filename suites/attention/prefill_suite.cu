@@ -472,7 +472,8 @@ void register_attention_prefill(Registry& registry) {
                       nullptr, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<UnfusedPrefillInstance>(as_prefill(p), s);
                       }});
-  // Our ladder, each rung adding one thing to the one before.
+  // Our ladder, each rung adding one thing to the one its note names: ours_v2_cluster and
+  // ours_v2_tail each add theirs to ours_v2.
   op.impls.push_back(ours_impl("ours_v1", kernels::PrefillVariant::fa2,
                                "FlashAttention-2 style: mma.sync m16n8k16, cp.async double buffering, online softmax"));
   op.impls.push_back(ours_impl("ours_v2_ws", kernels::PrefillVariant::hopper_ws,
@@ -484,7 +485,7 @@ void register_attention_prefill(Registry& registry) {
   op.impls.push_back(ours_impl("ours_v2", kernels::PrefillVariant::hopper,
                                "ours_v2_pingpong + persistent grid, heavy causal tiles first in one-wave L2 head "
                                "groups, separate O staging (Q released early, O stored by TMA)"));
-  op.impls.push_back(ours_impl("ours_v3", kernels::PrefillVariant::hopper_cluster,
+  op.impls.push_back(ours_impl("ours_v2_cluster", kernels::PrefillVariant::hopper_cluster,
                                "ours_v2 + non-causal: 2-CTA clusters on adjacent query tiles of a head, each fetching "
                                "half of every K/V block and TMA-multicasting it to both, static tile order; causal "
                                "runs ours_v2"));

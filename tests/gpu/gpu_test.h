@@ -2,7 +2,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "harness/check.h"
 #include "harness/cuda_check.h"
@@ -10,6 +12,28 @@
 #include "harness/registry.h"
 
 namespace topt::testing {
+
+// scripts/sanitize.sh runs these tests under compute-sanitizer with TOPT_SANITIZE set. Any value:
+// the tool slows kernels 10-100x, unevenly, so timings and measured rates mean nothing and no test
+// asserts on them. "small": the parametrized shape grids also shrink to their small shapes (bf16
+// only), which still reach every code path, so that racecheck gets through them in its time.
+inline std::string sanitize_mode() {
+  const char* mode = std::getenv("TOPT_SANITIZE");
+  return mode ? mode : "";
+}
+inline bool timings_are_meaningful() { return sanitize_mode().empty(); }
+inline bool small_shapes_only() { return sanitize_mode() == "small"; }
+
+// A parametrized grid: the small shapes, then (unless small_shapes_only()) the large ones.
+template <class Shape>
+std::vector<Shape> shape_grid(std::vector<Shape> small, const std::vector<Shape>& large) {
+  if (!small_shapes_only()) small.insert(small.end(), large.begin(), large.end());
+  return small;
+}
+inline std::vector<DType> dtype_grid() {
+  if (small_shapes_only()) return {DType::bf16};  // fp16 runs the same code with another conversion
+  return {DType::bf16, DType::f16};
+}
 
 inline Case make_case(const std::string& op_name, Params params, DType dtype) {
   const OpDef* op = builtin_registry().find(op_name);

@@ -233,11 +233,10 @@ struct AppendParam {
 class KvAppendOpGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<AppendParam, DType>> {};
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KvAppendOpGpu,
-                         ::testing::Combine(::testing::Values(AppendParam{"uniform", 7, 300, 2, 16},
-                                                              AppendParam{"chat", 9, 2048, 8, 32},
-                                                              AppendParam{"code", 5, 4096, 1, 256},
-                                                              AppendParam{"uniform", 1, 128, 4, 128}),
-                                            ::testing::Values(DType::bf16, DType::f16)),
+                         ::testing::Combine(::testing::ValuesIn(shape_grid<AppendParam>(
+                                                {{"uniform", 7, 300, 2, 16}, {"uniform", 1, 128, 4, 128}},
+                                                {{"chat", 9, 2048, 8, 32}, {"code", 5, 4096, 1, 256}})),
+                                            ::testing::ValuesIn(dtype_grid())),
                          [](const auto& info) {
                            const AppendParam& s = std::get<0>(info.param);
                            return std::string(s.mix) + "_" + std::to_string(s.requests) + "x" +

@@ -97,7 +97,7 @@ std::vector<OpCase> op_cases() {
 class NormOpsGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<OpCase, DType>> {};
 
 INSTANTIATE_TEST_SUITE_P(Cases, NormOpsGpu,
-                         ::testing::Combine(::testing::ValuesIn(op_cases()), ::testing::Values(DType::bf16, DType::f16)),
+                         ::testing::Combine(::testing::ValuesIn(op_cases()), ::testing::ValuesIn(dtype_grid())),
                          [](const auto& info) {
                            return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param));
                          });

@@ -18,10 +18,10 @@ class RmsNormGpu : public GpuTest, public ::testing::WithParamInterface<std::tup
 // Llama widths, then edges: one row, widths that are not a multiple of the 16-byte vector, width 1.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RmsNormGpu,
-    ::testing::Combine(::testing::Values(RmsNormShape{1, 4096}, RmsNormShape{16, 5120}, RmsNormShape{128, 8192},
-                                         RmsNormShape{3, 4100}, RmsNormShape{5, 11008}, RmsNormShape{2, 13824},
-                                         RmsNormShape{7, 13}, RmsNormShape{1, 1}, RmsNormShape{33, 65536}),
-                       ::testing::Values(DType::bf16, DType::f16)),
+    ::testing::Combine(::testing::ValuesIn(shape_grid<RmsNormShape>({{1, 4096}, {16, 5120}, {3, 4100}, {5, 11008},
+                                                                     {2, 13824}, {7, 13}, {1, 1}},
+                                                                    {{128, 8192}, {33, 65536}})),
+                       ::testing::ValuesIn(dtype_grid())),
     [](const auto& info) {
       const RmsNormShape& s = std::get<0>(info.param);
       return std::to_string(s.tokens) + "x" + std::to_string(s.hidden) + "_" + dtype_name(std::get<1>(info.param));

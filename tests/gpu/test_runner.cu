@@ -16,6 +16,10 @@ namespace fs = std::filesystem;
 
 class RunnerGpuTest : public GpuTest {
  protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (!IsSkipped() && small_shapes_only()) GTEST_SKIP() << "a timed sweep launches each kernel many times";
+  }
   // Runs the config `yaml` (named `name`) into a fresh folder that TearDown removes; its results.
   ResultsFile run(const std::string& yaml, const std::string& name) {
     const Config cfg = parse_config(yaml, name + ".yaml", builtin_registry());
@@ -66,7 +70,8 @@ ops:
   // Both DRAM ceilings are measured; reading alone moves bytes at least about as fast as a copy.
   const Json& peaks = f.context["measured_peaks"];
   ASSERT_TRUE(peaks["dram_copy_GBps"].is_number() && peaks["dram_read_GBps"].is_number()) << peaks.dump();
-  EXPECT_GT(peaks["dram_read_GBps"].get<double>(), 0.9 * peaks["dram_copy_GBps"].get<double>()) << peaks.dump();
+  if (timings_are_meaningful())
+    EXPECT_GT(peaks["dram_read_GBps"].get<double>(), 0.9 * peaks["dram_copy_GBps"].get<double>()) << peaks.dump();
 }
 
 // Decode rows carry the time that reading their own layout takes on this GPU: cuDNN's the contiguous
@@ -93,7 +98,8 @@ ops:
     ASSERT_EQ(r.status, Status::ok) << r.reason;
     ASSERT_TRUE(r.metrics.contains("read_bound_us") && r.metrics.contains("pct_of_read_bound")) << r.metrics.dump();
     const double us = r.metrics["read_bound_us"].get<double>();
-    EXPECT_LE(r.bytes / (us * 1e-6) / 1e9, 1.03 * read_GBps) << "the bound reads faster than the GPU can";
+    if (timings_are_meaningful())
+      EXPECT_LE(r.bytes / (us * 1e-6) / 1e9, 1.03 * read_GBps) << "the bound reads faster than the GPU can";
     EXPECT_NEAR(r.metrics["pct_of_read_bound"].get<double>(), 100.0 * us / r.time_us->median, 1e-6);
     const std::string way = r.metrics.value("read_bound_way", "");
     EXPECT_TRUE(way == "page_major" || way == "head_major" || way == "dynamic") << r.metrics.dump();
@@ -101,7 +107,7 @@ ops:
   }
   // The shuffled pages are no faster to read than the same bytes in one range (a few percent slower on
   // the H100).
-  EXPECT_GE(bound_us["ours_v3"], 0.98 * bound_us["cudnn"]);
+  if (timings_are_meaningful()) EXPECT_GE(bound_us["ours_v3"], 0.98 * bound_us["cudnn"]);
 }
 
 }  // namespace
