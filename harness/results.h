@@ -1,6 +1,7 @@
 // The results contract (schema "topt.results/1") that reports, `topt compare` and CI read.
 #pragma once
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct ResultRow {
 Json row_to_json(const ResultRow& r);
 ResultRow row_from_json(const Json& j);  // throws std::runtime_error naming the bad field
 
+// A results file that cannot be written, or read back as one: what() names the path.
+struct ResultsFileIoError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct ResultsFile {
   Json context = Json::object();
   std::vector<ResultRow> rows;
@@ -72,5 +78,8 @@ std::string results_markdown(const ResultsFile& f);
 // median SM clock among them against `max_sm_clock_mhz` (0: unknown). Their times measure the
 // cooling or the power cap, not the kernels: a run on such a GPU should not be read as a result.
 std::string throttled_rows_warning(const std::vector<ResultRow>& rows, int max_sm_clock_mhz);
+// Empty, or how many timed rows are `noisy` (the noise target was missed before the time cap); the
+// Markdown marks each such row's status ", noisy".
+std::string noisy_rows_note(const std::vector<ResultRow>& rows);
 
 }  // namespace topt

@@ -83,6 +83,7 @@ class SweepRunner {
                failed, other, opt_.out_dir);
     if (std::string warning = throttled_rows_warning(rows_, device_.max_sm_clock_mhz); !warning.empty())
       fmt::print(stderr, "topt run: warning: {}\n", warning);
+    if (std::string note = noisy_rows_note(rows_); !note.empty()) fmt::print("topt run: {}\n", note);
     int gate_failures = check_gates();
     if (context_lost)
       fmt::print(stderr,
@@ -476,16 +477,17 @@ class SweepRunner {
 
 int run_sweep(const Config& cfg, const Registry& registry, const RunOptions& opt) {
   const char* command = opt.profile ? "topt profile" : "topt run";
+  // The whole config and the filter are checked before the GPU is looked for: a usage error is exit 2 anywhere.
   std::vector<PlannedCase> plan = expand_sweep(cfg, registry, opt.filter);
+  if (plan.empty()) {
+    fmt::print(stderr, "{}: no case matches the filter; nothing to run\n", command);
+    return 2;
+  }
   std::string why;
   auto device = probe_device(why);
   if (!device) {
     fmt::print(stderr, "{}: {}. `topt plan {}` shows the sweep without a GPU.\n", command, why, cfg.path);
     return 3;
-  }
-  if (plan.empty()) {
-    fmt::print(stderr, "{}: no case matches the filter; nothing to run\n", command);
-    return 2;
   }
   // Before anything runs: a name the chip cannot count is a config error.
   if (!cfg.metrics.empty() && !opt.profile) {
