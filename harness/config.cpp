@@ -105,13 +105,11 @@ Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& 
     case Axis::Kind::integer: {
       // Kernels index with int: a larger value would wrap, and fail later with an unrelated message.
       constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
-      if (n.IsScalar()) {
-        // yaml-cpp refuses a number past int64 as not an integer at all: name the limit instead.
-        const double approx = yaml_scalar<double>(n, what, "an integer", file);
-        if (approx > double(kLargest))
-          throw_config_error(file, n.Mark(), fmt::format("{}: {} is more than an axis holds: the largest is {} (2^31 - 1)",
-                                                         what, n.Scalar(), kLargest));
-      }
+      // Read as a number first: yaml-cpp calls a value past int64 (or 1e12) no integer at all.
+      double approx = 0;
+      if (n.IsScalar() && YAML::convert<double>::decode(n, approx) && approx > double(kLargest))
+        throw_config_error(file, n.Mark(), fmt::format("{}: {} is more than an axis holds: the largest is {} (2^31 - 1)",
+                                                       what, n.Scalar(), kLargest));
       return yaml_scalar<int64_t>(n, what, "an integer", file);
     }
     case Axis::Kind::number: return yaml_scalar<double>(n, what, "a number", file);
