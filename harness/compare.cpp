@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <ostream>
 #include <unordered_map>
 
@@ -411,9 +410,10 @@ int run_compare(const std::string& base_path, const std::string& head_path, cons
   if (out_path.empty()) {
     out << text;
   } else {
-    std::ofstream file(out_path);
-    if (!(file << text)) {
-      err << "topt compare: error: " << out_path << ": cannot write\n";
+    try {
+      write_text_file(out_path, text);
+    } catch (const ResultsFileIoError& e) {
+      err << "topt compare: error: " << e.what() << "\n";
       return 2;
     }
     err << "topt compare: " << summary_counts(c) << " (" << out_path << ")\n";

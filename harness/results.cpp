@@ -218,6 +218,11 @@ ResultsFile read_results_json(const std::string& path) {
   return f;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!(out << text)) throw ResultsFileIoError(path + ": cannot write");
+}
+
 void append_jsonl(const std::string& path, const ResultRow& r) {
   std::ofstream out(path, std::ios::app);
   if (!out) throw ResultsFileIoError("cannot append to " + path);

@@ -64,6 +64,9 @@ struct ResultsFile {
 void write_results_json(const std::string& path, const ResultsFile& f);
 ResultsFile read_results_json(const std::string& path);
 
+// A report beside the results (results.md, gates.md, a comparison); throws ResultsFileIoError.
+void write_text_file(const std::string& path, const std::string& text);
+
 // results.jsonl: one row per line, appended and flushed as each row is measured.
 void append_jsonl(const std::string& path, const ResultRow& r);
 std::vector<ResultRow> read_jsonl(const std::string& path);  // skips a torn last line

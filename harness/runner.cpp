@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -75,7 +74,7 @@ class SweepRunner {
     ResultsFile f{std::move(partial.context), rows_};
     write_results_json((fs::path(opt_.out_dir) / "results.json").string(), f);
     write_results_csv((fs::path(opt_.out_dir) / "results.csv").string(), rows_);
-    std::ofstream((fs::path(opt_.out_dir) / "results.md").string()) << results_markdown(f);
+    write_text_file((fs::path(opt_.out_dir) / "results.md").string(), results_markdown(f));
 
     int failed = 0, ok = 0, other = 0;
     for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
@@ -182,7 +181,7 @@ class SweepRunner {
     auto violations = evaluate_gates(cfg_.gates, rows_);
     std::string md = violations.empty() ? fmt::format("All {} gates passed.\n", cfg_.gates.size())
                                         : gate_report_markdown(violations);
-    std::ofstream((fs::path(opt_.out_dir) / "gates.md").string()) << md;
+    write_text_file((fs::path(opt_.out_dir) / "gates.md").string(), md);
     fmt::print("{}", violations.empty() ? md : "topt run: gates failed:\n" + md);
     return int(violations.size());
   }
