@@ -332,7 +332,7 @@ std::string comparison_markdown(const Comparison& c) {
       {{Verdict::faster}, "Faster", false},
       {{Verdict::missing}, "Missing: in BASE only", false},
       {{Verdict::added}, "New: in NEW only", false},
-      {{Verdict::ambiguous}, "Ambiguous: noise larger than the threshold", true},
+      {{Verdict::ambiguous}, "Ambiguous: beyond the threshold, within the noise", true},
       {{Verdict::not_compared}, "Not compared: not timed on both sides", true},
   };
   for (const Group& g : groups) {
