@@ -32,6 +32,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ro.command_line = "topt run " + shell_quote(opts->config) +
                         (opts->filter_regex.empty() ? "" : " --filter " + shell_quote(opts->filter_regex));
       for (auto& i : opts->impls) ro.command_line += " --impl " + i;
+      if (std::string why = unwritable_dir_reason(ro.out_dir); !why.empty()) {
+        fmt::print(stderr, "topt run: --out {}: cannot write results there: {}\n", ro.out_dir, why);
+        return int(kUsage);
+      }
       return run_sweep(cfg, builtin_registry(), ro);
     });
   });

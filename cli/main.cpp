@@ -6,7 +6,7 @@
 #include "topt/version.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"topt: checks, times and profiles LLM-inference kernels against cuBLAS/cuDNN/NCCL baselines.\n"
+  CLI::App app{"topt: checks, times and profiles LLM-inference kernels against cuDNN and unfused (cuBLAS) baselines.\n"
                "Exit codes: 0 ok; 1 a check, case or gate failed; 2 usage or config error; 3 no CUDA device."};
   app.set_version_flag("--version", std::string("topt ") + TOPT_VERSION + " (" + TOPT_GIT_REVISION + ")");
   app.require_subcommand(1);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <ostream>
 #include <unordered_map>
 
@@ -37,14 +36,35 @@ int Comparison::count(Verdict v) const {
   return int(std::count_if(rows.begin(), rows.end(), [v](const RowComparison& r) { return r.verdict == v; }));
 }
 
+std::string Comparison::overlap_note() const {
+  if (matched == int(base.rows.size()) && matched == int(head.rows.size())) return "";
+  return fmt::format("{} rows in both files: {} of BASE's {}, {} of NEW's {}", matched, matched, base.rows.size(), matched,
+                     head.rows.size());
+}
+
 bool Comparison::regressed() const {
   return std::any_of(rows.begin(), rows.end(), [](const RowComparison& r) { return is_regression(r.verdict); });
 }
 
-std::string gpu_name(const Json& context) {
-  const Json* gpu = member(context, "gpu");
-  const Json* name = gpu ? member(*gpu, "name") : nullptr;
-  return name && name->is_string() ? name->get<std::string>() : "unknown GPU";
+namespace {
+// context[outer][inner] when it is a string.
+std::optional<std::string> context_string(const Json& context, const char* outer, const char* inner) {
+  const Json* o = member(context, outer);
+  const Json* v = o ? member(*o, inner) : nullptr;
+  if (v && v->is_string()) return v->get<std::string>();
+  return std::nullopt;
+}
+
+std::string config_name(const Json& context) { return context_string(context, "config", "name").value_or("unknown"); }
+}  // namespace
+
+std::string gpu_name(const Json& context) { return context_string(context, "gpu", "name").value_or("unknown GPU"); }
+
+double run_to_run_floor_us(const std::string& timer) {
+  const std::string kind = timer.substr(0, timer.find_first_of("+,"));
+  if (kind == "cupti_activity") return kKernelTimeRunToRunUs;
+  if (kind == "cuda_event") return kEventRunToRunUs;
+  return kUnknownTimerRunToRunUs;
 }
 
 ResultsFile load_results_for_compare(const std::string& path) {
@@ -96,6 +116,13 @@ Ridges ridge_intensities(const Json& context) {
   return {ridge("dram_copy_GBps"), ridge("dram_read_GBps")};
 }
 
+// The standard error of a sample median, from the spread a row stores: sqrt(pi/2) · sigma / sqrt(n)
+// for a normal distribution; rows do not keep their samples.
+double median_standard_error_us(const SampleStats& s) {
+  constexpr double kSqrtHalfPi = 1.2533141373155003;
+  return kSqrtHalfPi * s.stdrel * s.mean / std::sqrt(double(s.samples));
+}
+
 void add_note(std::string& note, const std::string& what) {
   if (!note.empty()) note += "; ";
   note += what;
@@ -118,7 +145,7 @@ void judge_timed(RowComparison& rc, const CompareOptions& opt, const std::option
 
   const SampleStats& tb = *b.time_us;
   const SampleStats& th = *h.time_us;
-  const double base_t = tb.median, head_t = th.median * rc.clock_scale, t = opt.threshold, k = opt.noise_k;
+  const double base_t = tb.median, head_t = th.median * rc.clock_scale, t = opt.threshold;
   const double change = head_t / base_t - 1;
   rc.change = change;
   if (tb.samples < 2 || th.samples < 2) {
@@ -127,15 +154,15 @@ void judge_timed(RowComparison& rc, const CompareOptions& opt, const std::option
     rc.verdict = std::abs(change) > t ? Verdict::ambiguous : Verdict::same;
     return;
   }
-  // Each run's band is its median ± max(k·stdrel, jitter); a change counts only where they are apart.
-  const double band_b = std::max(k * tb.stdrel, opt.jitter_us / base_t);
-  const double band_h = std::max(k * th.stdrel, opt.jitter_us / head_t);
-  rc.noise = band_b + band_h;
-  bool apart_up = head_t * (1 - band_h) > base_t * (1 + band_b);
-  bool apart_down = head_t * (1 + band_h) < base_t * (1 - band_b);
-  if (change > t && apart_up) rc.verdict = Verdict::slower;
-  else if (change < -t && apart_down) rc.verdict = Verdict::faster;
-  else rc.verdict = *rc.noise > t || std::abs(change) > t ? Verdict::ambiguous : Verdict::same;
+  // The medians' own uncertainty is far below what moves between runs for rows of many samples; the
+  // floor (compare.h) is what decides, and the standard error only for rows of few, spread samples.
+  const double se_us = std::hypot(median_standard_error_us(tb), median_standard_error_us(th) * rc.clock_scale);
+  const double floor_us = std::max(run_to_run_floor_us(b.timer), run_to_run_floor_us(h.timer));
+  const double noise = std::max({opt.noise_k * se_us, floor_us, kRunToRunRelative * base_t}) / base_t;
+  rc.noise = noise;
+  if (change > t && change > noise) rc.verdict = Verdict::slower;
+  else if (change < -t && change < -noise) rc.verdict = Verdict::faster;
+  else rc.verdict = std::abs(change) > t ? Verdict::ambiguous : Verdict::same;
 }
 
 std::string status_change(const ResultRow& b, const ResultRow& h) {
@@ -163,6 +190,11 @@ void judge(RowComparison& rc, const CompareOptions& opt, const Ridges& ridges) {
     return;
   }
   const ResultRow& b = *rc.base;
+  if (b.status != Status::ok && b.status == h.status) {
+    rc.verdict = Verdict::same;  // nothing changed: e.g. a file compared with itself
+    rc.note = std::string(status_name(h.status)) + " in both" + (h.reason.empty() ? "" : ": " + h.reason);
+    return;
+  }
   if (b.status != Status::ok || h.status != Status::ok) {
     rc.verdict = Verdict::not_compared;
     rc.note = status_change(b, h);
@@ -206,6 +238,7 @@ Comparison compare_results(ResultsFile base, ResultsFile head, const CompareOpti
     if (auto it = head_index.find(rc.key); it != head_index.end()) {
       rc.head = head.rows[it->second];
       head_matched[it->second] = true;
+      ++c.matched;
     }
     c.rows.push_back(std::move(rc));
   }
@@ -252,6 +285,12 @@ std::string rows_table(const std::vector<const RowComparison*>& rows) {
   return out;
 }
 
+int rows_coarser_than_threshold(const Comparison& c) {
+  return int(std::count_if(c.rows.begin(), c.rows.end(), [&](const RowComparison& rc) {
+    return rc.verdict == Verdict::same && rc.noise && *rc.noise > c.options.threshold;
+  }));
+}
+
 std::string summary_counts(const Comparison& c) {
   std::string out;
   for (Verdict v : kAllVerdicts) {
@@ -270,12 +309,18 @@ std::string comparison_markdown(const Comparison& c) {
   std::string out = fmt::format("### {} topt compare: {}\n\n", c.regressed() ? "❌" : "✅", summary_counts(c));
   out += fmt::format("BASE `{}` ({}) → NEW `{}` ({}).\n", c.base_path, gb, c.head_path, gh);
   if (gb != gh) out += fmt::format("\n**Warning:** the runs are on different GPUs; the comparison says little.\n");
+  if (std::string overlap = c.overlap_note(); !overlap.empty())
+    out += fmt::format("\n**Partial overlap:** {}; the others are listed as missing or new.\n", overlap);
   out += fmt::format(
-      "\nA row is slower or faster when its median moved by more than {:g}% and the noise bands "
-      "(median ± max({:g}·stdrel, {:g} µs)) of the two runs do not overlap; it is ambiguous when the noise is larger than "
-      "that.{}\n",
-      c.options.threshold * 100, c.options.noise_k, c.options.jitter_us,
+      "\nA row is slower or faster when its median moved by more than {:g}% and by more than its noise: the larger of "
+      "{:g} standard errors of the two medians' difference and the run-to-run floor of its timer ({:g} µs event-timed, "
+      "{:g} µs kernel-timed, at least {:g}% of the median). It is ambiguous when it moved past the threshold but not "
+      "past the noise, same when it stayed within the threshold.{}\n",
+      c.options.threshold * 100, c.options.noise_k, kEventRunToRunUs, kKernelTimeRunToRunUs, kRunToRunRelative * 100,
       c.options.normalize_clock ? " NEW times of compute-bound rows are scaled to BASE's SM clock." : "");
+  if (int coarse = rows_coarser_than_threshold(c))
+    out += fmt::format("{} rows judged same have a noise above the threshold: a change smaller than their noise "
+                       "would pass them.\n", coarse);
 
   struct Group {
     std::vector<Verdict> verdicts;
@@ -287,7 +332,7 @@ std::string comparison_markdown(const Comparison& c) {
       {{Verdict::faster}, "Faster", false},
       {{Verdict::missing}, "Missing: in BASE only", false},
       {{Verdict::added}, "New: in NEW only", false},
-      {{Verdict::ambiguous}, "Ambiguous: noise larger than the threshold", true},
+      {{Verdict::ambiguous}, "Ambiguous: beyond the threshold, within the noise", true},
       {{Verdict::not_compared}, "Not compared: not timed on both sides", true},
   };
   for (const Group& g : groups) {
@@ -320,8 +365,12 @@ Json comparison_json(const Comparison& c) {
   j["schema"] = kCompareSchema;
   j["base"] = {{"path", c.base_path}, {"gpu", gpu_name(c.base.context)}};
   j["new"] = {{"path", c.head_path}, {"gpu", gpu_name(c.head.context)}};
-  j["options"] = {{"threshold", c.options.threshold}, {"noise_k", c.options.noise_k},
-                  {"normalize_clock", c.options.normalize_clock}};
+  j["options"] = {{"threshold", c.options.threshold},
+                  {"noise_k", c.options.noise_k},
+                  {"normalize_clock", c.options.normalize_clock},
+                  {"run_to_run_floor_us", {{"cuda_event", kEventRunToRunUs}, {"cupti_activity", kKernelTimeRunToRunUs}}},
+                  {"run_to_run_relative", kRunToRunRelative}};
+  j["overlap"] = {{"matched", c.matched}, {"base_rows", c.base.rows.size()}, {"new_rows", c.head.rows.size()}};
   j["regressed"] = c.regressed();
   Json counts = Json::object();
   for (Verdict v : kAllVerdicts) counts[verdict_name(v)] = c.count(v);
@@ -349,13 +398,22 @@ int run_compare(const std::string& base_path, const std::string& head_path, cons
   }
   c.base_path = base_path;
   c.head_path = head_path;
+  if (c.matched == 0) {
+    err << fmt::format("topt compare: error: {} ({} rows, config {}) and {} ({} rows, config {}) share no row: "
+                       "rows match by op/impl/params,dtype, so the files must come from the same config\n",
+                       base_path, c.base.rows.size(), config_name(c.base.context), head_path, c.head.rows.size(),
+                       config_name(c.head.context));
+    return 2;
+  }
+  if (std::string overlap = c.overlap_note(); !overlap.empty()) err << "topt compare: note: " << overlap << "\n";
   std::string text = format == "json" ? comparison_json(c).dump(2) + "\n" : comparison_markdown(c);
   if (out_path.empty()) {
     out << text;
   } else {
-    std::ofstream file(out_path);
-    if (!(file << text)) {
-      err << "topt compare: error: " << out_path << ": cannot write\n";
+    try {
+      write_text_file(out_path, text);
+    } catch (const ResultsFileIoError& e) {
+      err << "topt compare: error: " << e.what() << "\n";
       return 2;
     }
     err << "topt compare: " << summary_counts(c) << " (" << out_path << ")\n";

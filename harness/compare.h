@@ -18,8 +18,8 @@ enum class Verdict {
   slower,        // NEW is slower beyond the threshold and beyond the noise of both runs
   failed,        // NEW fails (check_failed, error) where BASE did not
   faster,
-  same,          // within the threshold, and the noise is small enough to say so
-  ambiguous,     // the noise is larger than the threshold: no verdict either way
+  same,          // within the threshold (RowComparison::noise says how small a change it would resolve)
+  ambiguous,     // beyond the threshold but within the noise: no verdict either way
   missing,       // in BASE only
   added,         // in NEW only
   not_compared,  // not timed on both sides (unsupported, skipped, a failure fixed)
@@ -27,13 +27,31 @@ enum class Verdict {
 const char* verdict_name(Verdict v);
 inline bool is_regression(Verdict v) { return v == Verdict::slower || v == Verdict::failed; }
 
+// How far a row's median moves between two runs of one binary on one GPU beyond what either run's
+// samples show (memory placement, clocks, launch gaps): the least change, in µs, a comparison
+// resolves. One constant per timer; re-calibrate from two runs of configs/norm_decode.yaml
+// (tests/unit/test_compare.cpp prints the largest shift per timer it sees in recorded runs).
+//
+// cuda_event: events around the launch take in the gaps between an implementation's kernels. Two
+// runs of one binary (tests/data/recorded/h100_quick_run{1,2}.json) moved single-kernel rows by up to
+// 0.42 µs, the two-kernel `unfused` rows by 1.31 µs; norm_decode's committed reports at 22fe2ab,
+// bb349d2 and 61843f0 (unchanged cuDNN and unfused kernels) up to 0.45 and 1.25 µs.
+inline constexpr double kEventRunToRunUs = 1.35;
+// cupti_activity: the kernels' own durations, without launch gaps; the same three norm_decode
+// reports moved its rows by at most 0.16 µs below 5 µs (0.29 µs at 20 µs).
+inline constexpr double kKernelTimeRunToRunUs = 0.2;
+// Rows that do not name their timer (files from before `timer` was recorded): the event timer's.
+inline constexpr double kUnknownTimerRunToRunUs = kEventRunToRunUs;
+// Relative floor for long rows: the largest relative shift of a row of >= 20 µs in the runs above
+// was 2.0% (cuDNN's 32000-wide softmax, event-timed, 22.5 µs).
+inline constexpr double kRunToRunRelative = 0.02;
+
+// The run-to-run floor of a row timed by `timer` (a row's `timer` field, e.g. "cuda_event,cold").
+double run_to_run_floor_us(const std::string& timer);
+
 struct CompareOptions {
   double threshold = 0.05;     // relative change that matters
-  double noise_k = 2.0;        // half-width of a run's noise band, in units of its stdrel
-  // Least half-width of a band, in µs. Same-binary H100 runs (tests/data/recorded) move rows of a
-  // few µs by up to 1.3 µs while their in-run stdrel stays near 3%: run-to-run effects (memory
-  // placement, clocks) that one run's spread cannot show.
-  double jitter_us = 1.0;
+  double noise_k = 2.0;        // half-width of the medians' own uncertainty, in standard errors
   bool normalize_clock = true; // see RowComparison::clock_scale
 };
 
@@ -43,8 +61,8 @@ struct RowComparison {
   Verdict verdict = Verdict::not_compared;
   // NEW's median over BASE's, minus 1, after clock normalization; set when both were timed.
   std::optional<double> change;
-  // The two bands' relative half-widths added, each max(noise_k·stdrel, jitter_us/median): the
-  // bands touch when |change| is below it.
+  // The least relative change the two runs resolve: max(noise_k · standard error of the difference of
+  // the medians, the timers' run-to-run floor in µs / BASE's median, kRunToRunRelative).
   std::optional<double> noise;
   // NEW's time is multiplied by this: clock_new / clock_base for a compute-bound row whose SM
   // clocks differ, since its time scales with 1/clock; 1 for a memory-bound row, whose DRAM time
@@ -58,6 +76,10 @@ struct Comparison {
   ResultsFile base, head;
   CompareOptions options;
   std::vector<RowComparison> rows;  // regressions first, then faster, ambiguous, the rest
+  int matched = 0;                  // rows in both files
+
+  // Empty when every row is in both files; else how many of each file's rows matched.
+  std::string overlap_note() const;
 
   int count(Verdict v) const;
   bool regressed() const;  // a row slower beyond the threshold, or newly failing
@@ -83,7 +105,8 @@ std::string comparison_markdown(const Comparison& c);
 Json comparison_json(const Comparison& c);
 
 // What `topt compare` does once its arguments are parsed; returns the documented exit code:
-// 0 no regression, 1 regression, 2 a file unreadable or not a topt results file.
+// 0 no regression, 1 regression, 2 a file unreadable or not a topt results file, or files that share
+// no row (different configs).
 // `format` is "md" or "json"; the report goes to `out_path`, or to `out` when that is empty.
 int run_compare(const std::string& base_path, const std::string& head_path, const CompareOptions& options,
                 const std::string& format, const std::string& out_path, std::ostream& out, std::ostream& err);

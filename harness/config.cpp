@@ -4,7 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "harness/presets.h"
@@ -99,7 +102,16 @@ Value parse_axis_value(const YAML::Node& n, const OpDef& op, const std::string& 
   }
   auto it = std::find_if(op.axes.begin(), op.axes.end(), [&](const Axis& a) { return a.name == axis; });
   switch (it->kind) {
-    case Axis::Kind::integer: return yaml_scalar<int64_t>(n, what, "an integer", file);
+    case Axis::Kind::integer: {
+      // Kernels index with int: a larger value would wrap, and fail later with an unrelated message.
+      constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+      // Read as a number first: yaml-cpp calls a value past int64 (or 1e12) no integer at all.
+      double approx = 0;
+      if (n.IsScalar() && YAML::convert<double>::decode(n, approx) && approx > double(kLargest))
+        throw_config_error(file, n.Mark(), fmt::format("{}: {} is more than an axis holds: the largest is {} (2^31 - 1)",
+                                                       what, n.Scalar(), kLargest));
+      return yaml_scalar<int64_t>(n, what, "an integer", file);
+    }
     case Axis::Kind::number: return yaml_scalar<double>(n, what, "a number", file);
     case Axis::Kind::string: return yaml_scalar<std::string>(n, what, "a string", file);
   }
@@ -178,6 +190,66 @@ OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registr
   return sweep;
 }
 
+// yaml-cpp keeps the first of two equal keys of a map and drops the other without a word.
+void check_no_duplicate_keys(const YAML::Node& n, const std::string& file) {
+  if (n.IsSequence())
+    for (const auto& item : n) check_no_duplicate_keys(item, file);
+  if (!n.IsMap()) return;
+  std::map<std::string, YAML::Mark> first;
+  for (auto kv = n.begin(); kv != n.end(); ++kv) {
+    if (kv->first.IsScalar()) {
+      auto [it, inserted] = first.emplace(kv->first.Scalar(), kv->first.Mark());
+      if (!inserted)
+        throw_config_error(file, kv->first.Mark(), fmt::format("duplicate key '{}' (first at line {}): a map takes each "
+                                                               "key once", kv->first.Scalar(), it->second.line + 1));
+    }
+    check_no_duplicate_keys(kv->second, file);
+  }
+}
+
+// The implementations the config runs for `op`: its `impls:` lists, or all of the op's.
+std::vector<std::string> swept_impls(const Config& cfg, const Registry& registry, const std::string& op) {
+  std::vector<std::string> names;
+  for (const OpSweep& s : cfg.ops) {
+    if (!op.empty() && s.op != op) continue;
+    std::vector<std::string> listed = s.impls;
+    if (listed.empty())
+      for (auto& i : registry.find(s.op)->impls) listed.push_back(i.name);
+    for (auto& name : listed)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+// Before anything runs: a gate must name an op the config sweeps and implementations it runs,
+// or it could only fail once the sweep is over.
+void check_gate_names(const YAML::Node& node, const Config& cfg, const Registry& registry, const std::string& file) {
+  for (size_t i = 0; i < cfg.gates.size(); ++i) {
+    const Gate& g = cfg.gates[i];
+    const YAML::Node item = node[i];
+    const std::string where = fmt::format("gates[{}]", i);
+    if (!g.op.empty() && std::none_of(cfg.ops.begin(), cfg.ops.end(), [&](const OpSweep& s) { return s.op == g.op; })) {
+      std::vector<std::string> swept;
+      for (const OpSweep& s : cfg.ops)
+        if (std::find(swept.begin(), swept.end(), s.op) == swept.end()) swept.push_back(s.op);
+      throw_config_error(file, item["op"].Mark(), fmt::format("{}.op: the config sweeps no op '{}'; {}", where, g.op,
+                                                              expected_one_of(g.op, swept)));
+    }
+    const std::vector<std::string> impls = swept_impls(cfg, registry, g.op);
+    const std::string for_op = g.op.empty() ? "" : " for op '" + g.op + "'";
+    if (!g.impl.empty()) {
+      const std::regex impl_re(g.impl);
+      if (std::none_of(impls.begin(), impls.end(), [&](const std::string& n) { return std::regex_match(n, impl_re); }))
+        throw_config_error(file, item["impl"].Mark(), fmt::format("{}.impl: '{}' matches no implementation the config "
+                                                                  "runs{}; {}", where, g.impl, for_op,
+                                                                  expected_one_of(g.impl, impls)));
+    }
+    if (!g.vs.empty() && std::find(impls.begin(), impls.end(), g.vs) == impls.end())
+      throw_config_error(file, item["vs"].Mark(), fmt::format("{}.vs: the config runs no implementation '{}'{}; {}", where,
+                                                              g.vs, for_op, expected_one_of(g.vs, impls)));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> closest_names(const std::string& got, const std::vector<std::string>& valid, size_t n) {
@@ -221,6 +293,7 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
     throw_config_error(path, e.mark, "malformed YAML: " + e.msg);
   }
   if (!root.IsMap()) throw_config_error(path, root.Mark(), "the config must be a map with at least 'ops'");
+  check_no_duplicate_keys(root, path);
   check_keys(root, {"name", "description", "seed", "measure", "check", "ops", "gates", "metrics"}, "the config", path);
 
   Config cfg;
@@ -241,7 +314,10 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
   require_list(root["ops"], "ops", path);
   if (root["ops"].size() == 0) throw_config_error(path, root["ops"].Mark(), "ops: the list is empty");
   for (const auto& op : root["ops"]) cfg.ops.push_back(parse_op(op, cfg, registry, path));
-  if (auto v = root["gates"]) cfg.gates = parse_gates(v, path);
+  if (auto v = root["gates"]) {
+    cfg.gates = parse_gates(v, path);
+    check_gate_names(v, cfg, registry, path);
+  }
   if (auto v = root["metrics"]) {
     require_list(v, "metrics", path);
     for (const auto& m : v)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -181,29 +182,33 @@ void write_results_json(const std::string& path, const ResultsFile& f) {
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    if (!out) throw std::runtime_error("cannot write " + tmp);
+    if (!out) throw ResultsFileIoError("cannot write " + tmp);
     out << j.dump(2) << '\n';
-    if (!out) throw std::runtime_error("error writing " + tmp);
+    if (!out) throw ResultsFileIoError("error writing " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw ResultsFileIoError("cannot rename " + tmp + " to " + path);
 }
 
 ResultsFile read_results_json(const std::string& path) {
+  // A directory opens as a stream on Linux and fails only when read, with the library's words.
+  if (std::filesystem::is_directory(path)) throw ResultsFileIoError(path + ": is a directory, not a results file");
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
+  if (!in) throw ResultsFileIoError(path + ": cannot open");
   Json j;
   try {
     j = Json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+    throw ResultsFileIoError(path + ": not valid JSON (" + e.what() + ")");
+  } catch (const std::exception& e) {
+    throw ResultsFileIoError(path + ": cannot read (" + e.what() + ")");
   }
   if (!j.is_object() || !j.contains("schema"))
-    throw std::runtime_error(path + ": not a topt results file (no 'schema' key; expected \"" +
+    throw ResultsFileIoError(path + ": not a topt results file (no 'schema' key; expected \"" +
                              kResultsSchema + "\")");
   if (j["schema"] != kResultsSchema)
-    throw std::runtime_error(path + ": schema " + j["schema"].dump() + " is not \"" + kResultsSchema + "\"");
+    throw ResultsFileIoError(path + ": schema " + j["schema"].dump() + " is not \"" + kResultsSchema + "\"");
   if (!j.contains("results") || !j["results"].is_array())
-    throw std::runtime_error(path + ": 'results' must be an array");
+    throw ResultsFileIoError(path + ": 'results' must be an array");
   ResultsFile f;
   f.context = j.value("context", Json::object());
   size_t i = 0;
@@ -211,19 +216,24 @@ ResultsFile read_results_json(const std::string& path) {
     try {
       f.rows.push_back(row_from_json(row));
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("{}: results[{}]: {}", path, i, e.what()));
+      throw ResultsFileIoError(fmt::format("{}: results[{}]: {}", path, i, e.what()));
     }
     ++i;
   }
   return f;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!(out << text)) throw ResultsFileIoError(path + ": cannot write");
+}
+
 void append_jsonl(const std::string& path, const ResultRow& r) {
   std::ofstream out(path, std::ios::app);
-  if (!out) throw std::runtime_error("cannot append to " + path);
+  if (!out) throw ResultsFileIoError("cannot append to " + path);
   out << row_to_json(r).dump() << '\n';
   out.flush();  // on disk before the next case runs: a crash loses nothing already measured
-  if (!out) throw std::runtime_error("error writing " + path);
+  if (!out) throw ResultsFileIoError("error writing " + path);
 }
 
 std::vector<ResultRow> read_jsonl(const std::string& path) {
@@ -240,12 +250,12 @@ std::vector<ResultRow> read_jsonl(const std::string& path) {
       j = Json::parse(line);
     } catch (const nlohmann::json::parse_error&) {
       if (in.peek() == EOF) break;  // a torn last line from a crash: that row is re-run
-      throw std::runtime_error(fmt::format("{}:{}: not valid JSON", path, n));
+      throw ResultsFileIoError(fmt::format("{}:{}: not valid JSON", path, n));
     }
     try {
       rows.push_back(row_from_json(j));
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("{}:{}: {}", path, n, e.what()));
+      throw ResultsFileIoError(fmt::format("{}:{}: {}", path, n, e.what()));
     }
   }
   return rows;
@@ -253,7 +263,7 @@ std::vector<ResultRow> read_jsonl(const std::string& path) {
 
 void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows) {
   std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write " + path);
+  if (!out) throw ResultsFileIoError("cannot write " + path);
   auto quote = [](const std::string& s) {
     std::string q = "\"";
     for (char c : s) q += (c == '"') ? std::string("\"\"") : std::string(1, c);
@@ -307,10 +317,12 @@ std::string results_markdown(const ResultsFile& f) {
       if (r.op != op) continue;
       std::string p = md_cell(r.params.str() + ",dtype=" + r.dtype);
       std::string impl = md_cell(r.is_baseline ? r.impl + " (baseline)" : r.impl);
-      std::string status = md_cell(r.status != Status::ok ? std::string(status_name(r.status)) + ": " + r.reason
-                                   : !r.throttled      ? "ok"
-                                   : r.sm_clock_mhz    ? fmt::format("ok, throttled ({:.0f} MHz)", *r.sm_clock_mhz)
-                                                       : "ok, throttled");
+      std::string status = r.status != Status::ok ? std::string(status_name(r.status)) + ": " + r.reason
+                           : !r.throttled            ? "ok"
+                           : r.sm_clock_mhz ? fmt::format("ok, throttled ({:.0f} MHz)", *r.sm_clock_mhz)
+                                            : "ok, throttled";
+      if (r.status == Status::ok && r.noisy) status += ", noisy";
+      status = md_cell(status);
       md << "| " << p << " | " << impl << " | " << status << " | "
          << (r.time_us ? fmt::format("{:.2f}", r.time_us->median) : "") << " | "
          << (r.time_us ? fmt::format("{:.1f}", 100 * r.time_us->stdrel) : "") << " | "
@@ -360,6 +372,18 @@ std::string throttled_rows_warning(const std::vector<ResultRow>& rows, int max_s
                      "cap's, not the kernels'. `nvidia-smi -q -d PERFORMANCE` names the reason; rerun on a GPU that "
                      "holds its clock.",
                      throttled, timed, clock);
+}
+
+std::string noisy_rows_note(const std::vector<ResultRow>& rows) {
+  int timed = 0, noisy = 0;
+  for (const ResultRow& r : rows) {
+    timed += r.time_us.has_value();
+    noisy += r.time_us && r.noisy;
+  }
+  if (!noisy) return "";
+  return fmt::format("{} of {} timed rows are noisy: their spread stayed above max_noise_pct until the sampling cap "
+                     "(max_samples or timeout_s); their medians hold, their spreads are wide",
+                     noisy, timed);
 }
 
 }  // namespace topt

@@ -1,6 +1,7 @@
 // The results contract (schema "topt.results/1") that reports, `topt compare` and CI read.
 #pragma once
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct ResultRow {
 Json row_to_json(const ResultRow& r);
 ResultRow row_from_json(const Json& j);  // throws std::runtime_error naming the bad field
 
+// A results file that cannot be written, or read back as one: what() names the path.
+struct ResultsFileIoError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct ResultsFile {
   Json context = Json::object();
   std::vector<ResultRow> rows;
@@ -61,6 +67,9 @@ struct ResultsFile {
 // results.json: {schema, context, results}. Reading checks the schema and says what is wrong.
 void write_results_json(const std::string& path, const ResultsFile& f);
 ResultsFile read_results_json(const std::string& path);
+
+// A report beside the results (results.md, gates.md, a comparison); throws ResultsFileIoError.
+void write_text_file(const std::string& path, const std::string& text);
 
 // results.jsonl: one row per line, appended and flushed as each row is measured.
 void append_jsonl(const std::string& path, const ResultRow& r);
@@ -76,5 +85,8 @@ std::string results_markdown(const ResultsFile& f);
 // median SM clock among them against `max_sm_clock_mhz` (0: unknown). Their times measure the
 // cooling or the power cap, not the kernels: a run on such a GPU should not be read as a result.
 std::string throttled_rows_warning(const std::vector<ResultRow>& rows, int max_sm_clock_mhz);
+// Empty, or how many timed rows are `noisy` (the noise target was missed before the time cap); the
+// Markdown marks each such row's status ", noisy".
+std::string noisy_rows_note(const std::vector<ResultRow>& rows);
 
 }  // namespace topt

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -85,7 +84,7 @@ class SweepRunner {
     ResultsFile f{std::move(partial.context), rows_};
     write_results_json((fs::path(opt_.out_dir) / "results.json").string(), f);
     write_results_csv((fs::path(opt_.out_dir) / "results.csv").string(), rows_);
-    std::ofstream((fs::path(opt_.out_dir) / "results.md").string()) << results_markdown(f);
+    write_text_file((fs::path(opt_.out_dir) / "results.md").string(), results_markdown(f));
 
     int failed = 0, ok = 0, other = 0;
     for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
@@ -93,6 +92,7 @@ class SweepRunner {
                failed, other, opt_.out_dir);
     if (std::string warning = throttled_rows_warning(rows_, device_.max_sm_clock_mhz); !warning.empty())
       fmt::print(stderr, "topt run: warning: {}\n", warning);
+    if (std::string note = noisy_rows_note(rows_); !note.empty()) fmt::print("topt run: {}\n", note);
     int gate_failures = check_gates();
     if (context_lost)
       fmt::print(stderr,
@@ -191,7 +191,7 @@ class SweepRunner {
     auto violations = evaluate_gates(cfg_.gates, rows_);
     std::string md = violations.empty() ? fmt::format("All {} gates passed.\n", cfg_.gates.size())
                                         : gate_report_markdown(violations);
-    std::ofstream((fs::path(opt_.out_dir) / "gates.md").string()) << md;
+    write_text_file((fs::path(opt_.out_dir) / "gates.md").string(), md);
     fmt::print("{}", violations.empty() ? md : "topt run: gates failed:\n" + md);
     return int(violations.size());
   }
@@ -513,16 +513,17 @@ class SweepRunner {
 
 int run_sweep(const Config& cfg, const Registry& registry, const RunOptions& opt) {
   const char* command = opt.profile ? "topt profile" : "topt run";
+  // The whole config and the filter are checked before the GPU is looked for: a usage error is exit 2 anywhere.
   std::vector<PlannedCase> plan = expand_sweep(cfg, registry, opt.filter);
+  if (plan.empty()) {
+    fmt::print(stderr, "{}: no case matches the filter; nothing to run\n", command);
+    return 2;
+  }
   std::string why;
   auto device = probe_device(why);
   if (!device) {
     fmt::print(stderr, "{}: {}. `topt plan {}` shows the sweep without a GPU.\n", command, why, cfg.path);
     return 3;
-  }
-  if (plan.empty()) {
-    fmt::print(stderr, "{}: no case matches the filter; nothing to run\n", command);
-    return 2;
   }
   // Before anything runs: a name the chip cannot count is a config error.
   if (!cfg.metrics.empty() && !opt.profile) {

@@ -95,6 +95,15 @@ std::string timing_variant(const MeasureSettings& m) {
 }  // namespace
 
 std::vector<PlannedCase> expand_sweep(const Config& cfg, const Registry& registry, const SweepFilter& filter) {
+  for (const std::string& name : filter.impls) {
+    std::vector<std::string> known;
+    for (const OpSweep& s : cfg.ops)
+      for (auto& impl : registry.find(s.op)->impls)
+        if (std::find(known.begin(), known.end(), impl.name) == known.end()) known.push_back(impl.name);
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw ConfigError(fmt::format("--impl: no op of {} has an implementation '{}'; {}", cfg.path, name,
+                                    expected_one_of(name, known)));
+  }
   std::vector<PlannedCase> plan;
   std::set<std::string> seen;
   for (const OpSweep& s : cfg.ops) {

@@ -40,6 +40,50 @@ expect 2 "unknown_key.yaml:1:11: error: unknown key 'min_time' in measure; did y
 expect 2 "unknown_key.yaml:1:11" -- "$TOPT" run "$TMP/unknown_key.yaml" --out "$TMP/out"
 [[ -e "$TMP/out" ]] && { echo "FAIL: an invalid config created output"; failures=$((failures + 1)); }
 
+# --impl naming no implementation of the config's ops: exit 2 from plan and run alike (before any GPU).
+expect 2 "--impl: no op of .*quick.yaml has an implementation 'bogus'" -- "$TOPT" plan "$SRC/configs/quick.yaml" --impl bogus
+expect 2 "--impl: no op of .*quick.yaml has an implementation 'bogus'" -- \
+  "$TOPT" run "$SRC/configs/quick.yaml" --impl bogus --out "$TMP/out"
+expect 2 'no case matches the filter' -- "$TOPT" run "$SRC/configs/quick.yaml" --filter nothing-matches --out "$TMP/out"
+# --out that cannot be a directory: named, exit 2, before any GPU.
+expect 2 "--out .*quick.yaml/sub: cannot write results there: .*quick.yaml is not a directory" -- \
+  "$TOPT" run "$SRC/configs/quick.yaml" --out "$SRC/configs/quick.yaml/sub"
+
+# Values past an axis, and cases too large for any GPU of today.
+printf 'ops:\n  - op: causal_softmax\n    axes: {model: llama2-7b, seq: 2147483648}\n' >"$TMP/seq.yaml"
+expect 2 "seq.yaml:3:[0-9]+: error: axis 'seq' of op 'causal_softmax': 2147483648 is more than an axis holds: the largest is 2147483647" -- \
+  "$TOPT" plan "$TMP/seq.yaml"
+printf 'ops:\n  - op: rmsnorm\n    axes: {model: llama2-7b, tokens: 1000000000000}\n' >"$TMP/tokens.yaml"
+expect 2 "axis 'tokens' of op 'rmsnorm': 1000000000000 is more than an axis holds" -- "$TOPT" plan "$TMP/tokens.yaml"
+expect 2 "axis 'tokens' of op 'rmsnorm': 1000000000000 is more than an axis holds" -- "$TOPT" run "$TMP/tokens.yaml" --out "$TMP/out"
+printf 'ops:\n  - op: rmsnorm\n    axes: {model: llama2-7b, tokens: 100000000}\n' >"$TMP/huge.yaml"
+expect 2 'huge.yaml:2: error: case rmsnorm .*tokens=100000000.* moves 1.64 TB of tensors, more than the 141 GiB' -- \
+  "$TOPT" plan "$TMP/huge.yaml"
+expect 2 'tokens=16384,hidden=4096.* moves 268 MB of tensors, more than the 0.1 GiB' -- "$TOPT" plan "$SRC/configs/quick.yaml" --gpu-memory 0.1
+expect 0 'configs/quick.yaml: 15 cases' -- "$TOPT" plan "$SRC/configs/quick.yaml" --gpu-memory 80
+
+# A key given twice in a map: yaml-cpp would keep one silently.
+printf 'ops:\n  - op: rmsnorm\n    axes:\n      tokens: 1\n      hidden: 8\n      tokens: 2\n' >"$TMP/dup.yaml"
+expect 2 "dup.yaml:6:7: error: duplicate key 'tokens' \(first at line 4\)" -- "$TOPT" plan "$TMP/dup.yaml"
+
+# Gates naming what the config does not run: refused before the sweep.
+printf 'ops:\n  - op: rmsnorm\n    impls: [ours, cudnn]\n    axes: {tokens: 1, hidden: 8}\ngates:\n  - {op: rmsnorm, impl: bogus, min_speedup: 1}\n' >"$TMP/gate.yaml"
+expect 2 "gate.yaml:6:[0-9]+: error: gates\[0\].impl: 'bogus' matches no implementation the config runs for op 'rmsnorm'" -- \
+  "$TOPT" run "$TMP/gate.yaml" --out "$TMP/out"
+printf 'ops:\n  - op: rmsnorm\n    impls: [ours, cudnn]\n    axes: {tokens: 1, hidden: 8}\ngates:\n  - {op: rmsnorm, impl: ours, vs: unfused, min_speedup: 1}\n' >"$TMP/gate_vs.yaml"
+expect 2 "gates\[0\].vs: the config runs no implementation 'unfused' for op 'rmsnorm'; expected one of: ours, cudnn" -- \
+  "$TOPT" plan "$TMP/gate_vs.yaml"
+[[ -e "$TMP/out" ]] && { echo "FAIL: an invalid config or filter created output"; failures=$((failures + 1)); }
+
+# topt compare: a directory, files of different configs, and a file against itself.
+expect 2 "topt compare: error: $TMP: is a directory" -- "$TOPT" compare "$TMP" "$SRC/tests/data/recorded/h100_quick_run1.json"
+printf '{"schema": "topt.results/1", "context": {}, "results": []}' >"$TMP/empty.json"
+expect 2 'share no row' -- "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$TMP/empty.json"
+expect 0 'topt compare: 45 same$' -- \
+  "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/tests/data/recorded/h100_quick_run1.json"
+expect 0 'note: 12 rows in both files: 12 of BASE.s 45, 12 of NEW.s 141' -- \
+  "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/reports/h100/norm_decode.json"
+
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect 3 'no CUDA device' -- "$TOPT" run "$SRC/configs/quick.yaml" --out "$TMP/nogpu"
 fi

@@ -141,5 +141,41 @@ TEST(Config, MissingFile) {
   EXPECT_THROW(load_config("/nonexistent/x.yaml", builtin_registry()), ConfigError);
 }
 
+// yaml-cpp keeps one of two equal keys silently: every map of the config, nested in lists too.
+TEST(Config, DuplicateKeysAreErrorsWithTheirLine) {
+  EXPECT_EQ(error_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\nops: []\n"),
+            "test.yaml:4:1: error: duplicate key 'ops' (first at line 1): a map takes each key once");
+  EXPECT_NE(error_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\n"
+                     "gates:\n  - {op: rmsnorm, impl: ours, min_speedup: 1, min_speedup: 2}\n")
+                .find("test.yaml:5:47: error: duplicate key 'min_speedup' (first at line 5)"),
+            std::string::npos);
+}
+
+TEST(Config, IntegerAxesNameTheirLimit) {
+  for (const char* value : {"2147483648", "1000000000000", "1e12"})
+    EXPECT_NE(error_of(std::string("ops:\n  - op: rmsnorm\n    axes: {hidden: 8, tokens: ") + value + "}\n")
+                  .find(std::string(value) + " is more than an axis holds: the largest is 2147483647"),
+              std::string::npos)
+        << value;
+  EXPECT_EQ(parse("ops:\n  - op: rmsnorm\n    axes: {hidden: 8, tokens: 2147483647}\n").ops.size(), 1u);
+}
+
+// A gate that names nothing the config runs could only fail after the whole sweep: refused at once.
+TEST(Config, GatesMustNameWhatTheConfigRuns) {
+  const std::string ops = "ops:\n  - op: rmsnorm\n    impls: [ours, cudnn]\n    axes: {tokens: 1, hidden: 8}\ngates:\n";
+  EXPECT_NE(error_of(ops + "  - {op: softmax, impl: ours, min_speedup: 1}\n").find("gates[0].op: the config sweeps no op 'softmax'"),
+            std::string::npos);
+  EXPECT_NE(error_of(ops + "  - {op: rmsnorm, impl: ourz, min_speedup: 1}\n")
+                .find("gates[0].impl: 'ourz' matches no implementation the config runs for op 'rmsnorm'; did you mean 'ours'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(ops + "  - {impl: ours, vs: unfused, min_speedup: 1}\n").find("gates[0].vs: the config runs no implementation 'unfused'"),
+            std::string::npos);
+  // A regex that matches some implementation, and an implementation the op runs by default, pass.
+  EXPECT_EQ(parse(ops + "  - {op: rmsnorm, impl: 'our.*', vs: cudnn, min_speedup: 1}\n").gates.size(), 1u);
+  EXPECT_EQ(parse("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\ngates:\n  - {impl: ours, vs: unfused, min_speedup: 1}\n")
+                .gates.size(),
+            1u);
+}
+
 }  // namespace
 }  // namespace topt

@@ -188,5 +188,22 @@ TEST_F(ResultsIo, ThrottledRowsAreNamedInTheWarningAndTheirStatus) {
   EXPECT_NE(md.find("| ours_v2 | ok, throttled |"), std::string::npos) << md;
 }
 
+// A row that missed the noise target before the time cap is marked as a throttled row is, and the
+// run says how many there are.
+TEST_F(ResultsIo, NoisyRowsAreMarkedAndCounted) {
+  std::vector<ResultRow> rows = {sample_row("cudnn", 10), sample_row("ours", 8), sample_row("ours_v2", 9)};
+  EXPECT_EQ(noisy_rows_note(rows), "");
+  rows[1].noisy = true;
+  rows[2].noisy = true;
+  rows[2].throttled = true;
+  EXPECT_EQ(noisy_rows_note(rows).rfind("2 of 3 timed rows are noisy", 0), 0u) << noisy_rows_note(rows);
+  ResultsFile f;
+  f.rows = rows;
+  const std::string md = results_markdown(f);
+  EXPECT_NE(md.find("| cudnn (baseline) | ok |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ours | ok, noisy |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ours_v2 | ok, throttled (1980 MHz), noisy |"), std::string::npos) << md;
+}
+
 }  // namespace
 }  // namespace topt
