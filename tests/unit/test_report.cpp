@@ -93,7 +93,7 @@ TEST_F(ReportTree, TablesOnlyWithoutAScript) {
   EXPECT_FALSE(fs::exists(dir() / "charts"));
 }
 
-TEST_F(ReportTree, ChartsAreDrawnLinkedAndInlined) {
+TEST_F(ReportTree, ChartsAreDrawnAndLinkedAsFiles) {
   ASSERT_EQ(report(kScript), 0) << err_.str();
   expect_tables_written();
   for (const char* chart : {"quick_rmsnorm_speedup", "quick_rmsnorm_throughput", "quick_rmsnorm_roofline"}) {
