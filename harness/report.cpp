@@ -25,7 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The script's exit status when matplotlib cannot be imported (reports/make_report.py).
+// The script's exit statuses (reports/make_report.py): bad input or an unwritable chart, and
+// matplotlib missing.
+constexpr int kScriptBadInput = 2;
 constexpr int kScriptNoMatplotlib = 3;
 
 void write_file(const fs::path& path, const std::string& text) {
@@ -107,6 +109,9 @@ void draw_charts(const std::string& script, const std::string& results_path, con
                                     manifest_text);
   if (status == kScriptNoMatplotlib)
     throw ChartsUnavailable("matplotlib is not installed for python3 (scripts/setup.sh installs it)");
+  if (status == kScriptBadInput)  // an I/O error like any other of topt report's: exit 2
+    throw std::runtime_error(fmt::format("{} could not read {} or write {} (its message is above)", script,
+                                         results_path, charts_dir.string()));
   if (status != 0) throw ChartsUnavailable(fmt::format("{} exited with status {} (its message is above)", script, status));
   Json manifest;
   try {

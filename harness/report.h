@@ -29,7 +29,8 @@ struct ChartsUnavailable : std::runtime_error {
 };
 
 // Runs `python3 SCRIPT charts RESULTS --out REPORT_DIR/charts --name NAME` (reports/make_report.py) and
-// adds the charts of its manifest to `section`. Throws ChartsUnavailable.
+// adds the charts of its manifest to `section`. Throws ChartsUnavailable, or std::runtime_error when
+// the script could not read its input or write a chart.
 void draw_charts(const std::string& script, const std::string& results_path, const std::string& report_dir,
                  ReportSection& section);
 

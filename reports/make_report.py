@@ -4,7 +4,8 @@
   make_report.py charts RESULTS --out DIR --name NAME
       The charts of one results file, for `topt report`: per op, each implementation's speedup over
       the fastest other one in the same case, a roofline against the ceilings measured in the same
-      run, and the achieved rate and the rows' metrics against the swept axis where that makes lines.
+      run, and the achieved rate and each varying metric of the rows: lines against the swept axis
+      where each line has 3 points or more, else a dot per case. At most 1,800 px wide.
       Prints a JSON manifest on stdout: {"charts": [{op, kind, title, png, svg}], "skipped": [{op,
       kind, why}]}, file names relative to --out.
   make_report.py readme README.md [--check] [--no-charts]
@@ -296,12 +297,12 @@ def impl_label(impl, rows):
     return f"{impl} (baseline)" if any(r["impl"] == impl and r["is_baseline"] for r in rows) else impl
 
 
-def speedup_chart(plt, rep, op, rows):
-    """Per case, each implementation's speedup over the fastest other implementation of the case: a
-    dot per implementation and case, cases down the y axis, a panel per model or mask."""
+def case_chart(plt, rep, op, rows, kind, title, xlabel, value, reference=None, reference_label=None):
+    """A dot per implementation and case, at `value(row, the case's ok rows)` -> (x, 95% interval or
+    None) or None; cases down the y axis, a panel per model or mask; a dashed line at `reference`."""
+    if len(by_key(rows, case_key)) < 2:
+        return rep.skip(op, kind, "it has one case: the table has it")
     impls = list(OrderedDict.fromkeys(r["impl"] for r in rows))
-    if len(impls) < 2:
-        return rep.skip(op, "speedup", "it has a single implementation")
     facets = facet_keys(rows)
     panels = by_key(rows, lambda r: label(r, facets, ", "))
     case_counts = [len(by_key(p, case_key)) for p in panels.values()]
@@ -309,38 +310,57 @@ def speedup_chart(plt, rep, op, rows):
     fig, axes = plt.subplots(len(panels), 1, figsize=(15.5, 1.0 + 0.2 * sum(case_counts) + 0.6 * len(panels)),
                              squeeze=False, sharex=True, layout="constrained",
                              gridspec_kw={"height_ratios": [c + 2 for c in case_counts]})
+    xs_all = []
     for ax, (panel, panel_rows) in zip(axes[:, 0], panels.items()):
         cases = list(by_key(panel_rows, case_key).values())
         keys = short_label_keys(panel_rows)
-        names = [label(c[0], keys, ", ") or "the one case" for c in cases]
         for i, impl in enumerate(impls):
             ys, xs, lo, hi = [], [], [], []
             for y, case_rows in enumerate(cases):
                 ok = [r for r in case_rows if r["status"] == "ok"]
                 mine = next((r for r in ok if r["impl"] == impl), None)
-                others = fastest([r for r in ok if r["impl"] != impl])
-                if mine is None or others is None:
+                point = value(mine, ok) if mine else None
+                if point is None or point[0] is None:
                     continue
-                s, interval = speedup_over(mine, others)
+                x, interval = point
                 ys.append(y + (i - (len(impls) - 1) / 2) * 0.8 / len(impls))
-                xs.append(s)
-                lo.append(max(0.0, s - interval[0]) if interval else 0.0)
-                hi.append(max(0.0, interval[1] - s) if interval else 0.0)
+                xs.append(x)
+                lo.append(max(0.0, x - interval[0]) if interval else 0.0)
+                hi.append(max(0.0, interval[1] - x) if interval else 0.0)
             if xs:
                 ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", markersize=3, color=colors[impl], elinewidth=0.8,
                             capsize=1.5, label=impl_label(impl, rows))
-        ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
-        ax.set_yticks(range(len(cases)), names, fontsize=7)
+                xs_all += xs
+        if reference is not None:
+            ax.axvline(reference, color="black", linewidth=1, linestyle="--", label=reference_label)
+        ax.set_yticks(range(len(cases)), [label(c[0], keys, ", ") or "the one case" for c in cases], fontsize=7)
         ax.set_ylim(len(cases) - 0.5, -0.5)
-        ax.set_xscale("log")
         ax.set_title(panel or op, fontsize=9, loc="left")
         ax.grid(axis="y", visible=False)
-    axes[-1, 0].set_xlabel("speedup over the fastest other implementation of the case (×, log; >1: faster; "
-                           "error bars: 95% interval of the per-round speedup, where measured against the baseline)")
+    if not xs_all:
+        plt.close(fig)
+        return rep.skip(op, kind, "no row has a value")
+    if min(xs_all) > 0 and max(xs_all + [reference or 0]) / min(xs_all) >= 10:
+        axes[-1, 0].set_xscale("log")
+    axes[-1, 0].set_xlabel(xlabel)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper")
-    fig.suptitle(f"{op}: each implementation against the fastest other one, per case")
-    rep.save(plt, fig, op, "speedup", f"{op}: speedup over the fastest other implementation")
+    fig.suptitle(f"{op}: {title}")
+    rep.save(plt, fig, op, kind, f"{op}: {title}")
+
+
+def speedup_chart(plt, rep, op, rows):
+    """Each implementation's speedup over the fastest other implementation of the case."""
+    if len({r["impl"] for r in rows}) < 2:
+        return rep.skip(op, "speedup", "it has a single implementation")
+
+    def speedup(mine, ok):
+        others = fastest([r for r in ok if r["impl"] != mine["impl"]])
+        return speedup_over(mine, others) if others else None
+
+    case_chart(plt, rep, op, rows, "speedup", "each implementation against the fastest other one, per case",
+               "speedup over the fastest other implementation of the case (×; >1: faster; error bars: 95% "
+               "interval of the per-round speedup, where measured against the baseline)", speedup, 1.0)
 
 
 def bandwidth_peak(rows, peaks):
@@ -398,17 +418,20 @@ def swept_axis(rows):
 
 def axis_chart(plt, rep, op, rows, kind, ylabel, value, ceiling=None, ceiling_label=None):
     """`value(row)` against the swept axis, a line per impl, a panel per combination of the other
-    varying parameters; skipped (the op's table says it) when the lines would be dots."""
+    varying parameters; a dot per case (case_chart) when the lines would be dots."""
     axis = swept_axis(rows)
     rows = [r for r in rows if value(r) is not None]
-    if axis is None or not rows:
-        return rep.skip(op, kind, "no numeric parameter is swept" if axis is None else f"no {ylabel} was recorded")
+    if not rows:
+        return rep.skip(op, kind, f"no {ylabel} was recorded")
+    if axis is None:
+        return case_chart(plt, rep, op, rows, kind, f"{ylabel}, per case", ylabel,
+                          lambda r, ok: (value(r), None), ceiling, ceiling_label)
     panel_keys = [k for k in short_label_keys(rows) if k != axis]
     panels = by_key(rows, lambda r: label(r, panel_keys, ", "))
     fewest = min(len({r["params"][axis] for r in p}) for p in panels.values())
-    if fewest < MIN_POINTS_PER_LINE or len(panels) > MAX_PANELS:
-        return rep.skip(op, kind, f"{len(panels)} panels with as few as {fewest} {axis} values each "
-                                  "would be dots, not lines: the table has them")
+    if fewest < MIN_POINTS_PER_LINE or len(panels) > MAX_PANELS:  # lines would be dots: a dot per case
+        return case_chart(plt, rep, op, rows, kind, f"{ylabel}, per case", ylabel,
+                          lambda r, ok: (value(r), None), ceiling, ceiling_label)
     cols = min(3, len(panels))
     nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols + 2.2, 3.2 * nrows + 0.6), squeeze=False,

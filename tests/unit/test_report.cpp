@@ -133,6 +133,21 @@ TEST_F(ReportTree, AnOutputFolderUnderAFileIsExit2NamingIt) {
   EXPECT_NE(err_.str().find("topt report: error: " + (root_ / "a_file/out").string()), std::string::npos) << err_.str();
 }
 
+TEST_F(ReportTree, AChartsFolderThatIsAFileIsExit2NamingIt) {
+  fs::create_directories(dir());
+  std::ofstream(dir() / "charts") << "x";
+  EXPECT_EQ(report(kScript), 2);
+  EXPECT_NE(err_.str().find("topt report: error: " + (dir() / "charts").string()), std::string::npos) << err_.str();
+}
+
+TEST_F(ReportTree, AChartScriptThatCannotWriteIsExit2) {
+  // The chart script's exit status for unreadable input or an unwritable chart.
+  fs::path fake = root_ / "cannot_write.py";
+  std::ofstream(fake) << "import sys\nsys.exit(2)\n";
+  EXPECT_EQ(report(fake.string()), 2);
+  EXPECT_NE(err_.str().find("could not read " + results()), std::string::npos) << err_.str();
+}
+
 TEST_F(ReportTree, ForeignResultsAreExit2) {
   std::ofstream(results()) << R"({"benchmarks": []})";
   EXPECT_EQ(report(""), 2);
