@@ -177,9 +177,12 @@ def headline_markdown(reports, chart_paths):
     for gpu, configs in reports.items():
         gpu_names = sorted({doc.get("context", {}).get("gpu", {}).get("name", gpu) for _, _, doc in configs})
         out += [f"### {gpu}: {', '.join(gpu_names)}", "",
-                "Per config and op: the cases where our fastest `ours*` implementation leads, ties (the 95% "
-                "interval of its per-round speedup straddles 1.0) or trails the fastest other implementation "
-                "of the same case, and the worst case. Full tables: the config's link.", "",
+                "Every row, per config: " + " · ".join(f"[{config}](reports/{gpu}/{config}.md)"
+                                                       for config, _, _ in configs) + ".", "",
+                "Per config and op: the cases where our fastest `ours*` implementation leads, ties or trails "
+                "the fastest other implementation of the same case (by median time; a tie when the 95% interval "
+                "of the per-round speedup straddles 1.0, where the run measured one against that implementation), "
+                "and the worst case.", "",
                 "| config | op | cases | ours leads | ties | trails | not compared | worst case: ours / fastest other |",
                 "|---|---|--:|--:|--:|--:|--:|---|"]
         skipped = []
@@ -241,8 +244,8 @@ def readme_command(args):
         print(f"make_report.py: {args.readme} matches {sum(len(c) for c in reports.values())} results files")
         return
     write_bytes(args.readme, new_text)
-    print(f"make_report.py: wrote the results block of {args.readme} and "
-          f"{sum(len(s) for s in charts.values())} charts")
+    drawn = 0 if args.no_charts else sum(len(s) for s in charts.values())
+    print(f"make_report.py: wrote the results block of {args.readme} and {drawn} charts")
 
 
 # ---- charts ------------------------------------------------------------------------------------
@@ -297,9 +300,20 @@ def impl_label(impl, rows):
     return f"{impl} (baseline)" if any(r["impl"] == impl and r["is_baseline"] for r in rows) else impl
 
 
-def case_chart(plt, rep, op, rows, kind, title, xlabel, value, reference=None, reference_label=None):
+def plain_log_x(ax, values):
+    """Log x axis labelled 0.6, 1, 2 rather than 6×10⁻¹; the 2..9 ticks labelled too while the values
+    span few enough decades for those labels to stay apart."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    ax.set_xscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain if max(values) / min(values) <= 30 else NullFormatter())
+
+
+def case_chart(plt, rep, op, rows, kind, title, xlabel, value, reference=None, reference_label=None, ratio=False):
     """A dot per implementation and case, at `value(row, the case's ok rows)` -> (x, 95% interval or
-    None) or None; cases down the y axis, a panel per model or mask; a dashed line at `reference`."""
+    None) or None; cases down the y axis, a panel per model or mask; a dashed line at `reference`.
+    The x axis is logarithmic for a `ratio`, and where the values span a decade or more."""
     if len(by_key(rows, case_key)) < 2:
         return rep.skip(op, kind, "it has one case: the table has it")
     impls = list(OrderedDict.fromkeys(r["impl"] for r in rows))
@@ -340,8 +354,9 @@ def case_chart(plt, rep, op, rows, kind, title, xlabel, value, reference=None, r
     if not xs_all:
         plt.close(fig)
         return rep.skip(op, kind, "no row has a value")
-    if min(xs_all) > 0 and max(xs_all + [reference or 0]) / min(xs_all) >= 10:
-        axes[-1, 0].set_xscale("log")
+    span = xs_all + ([reference] if reference else [])
+    if ratio or min(span) > 0 and max(span) / min(span) >= 10:
+        plain_log_x(axes[-1, 0], span)
     axes[-1, 0].set_xlabel(xlabel)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper")
@@ -360,7 +375,7 @@ def speedup_chart(plt, rep, op, rows):
 
     case_chart(plt, rep, op, rows, "speedup", "each implementation against the fastest other one, per case",
                "speedup over the fastest other implementation of the case (×; >1: faster; error bars: 95% "
-               "interval of the per-round speedup, where measured against the baseline)", speedup, 1.0)
+               "interval of the per-round speedup, where measured against the baseline)", speedup, 1.0, ratio=True)
 
 
 def bandwidth_peak(rows, peaks):
@@ -584,7 +599,7 @@ def summary_speedup_chart(plt, path, gpu, ops):
     ax.axvline(1.0, color="black", linewidth=1, linestyle="--")
     ax.set_yticks(range(len(ops)), [f"{config}: {op}" for config, op, _ in ops])
     ax.set_ylim(len(ops) - 0.5, -0.5)
-    ax.set_xscale("log")
+    plain_log_x(ax, [p[2] for _, _, rows in ops for p in best_pairs(rows)] + [1.0])
     ax.set_xlabel("speedup of our fastest implementation over the fastest other one in the same case (×, log)")
     ax.set_title(f"{gpu}: every case, ours against the fastest other implementation (>1: ours is faster)")
     fig.legend(loc="outside lower center", ncols=3)
