@@ -1,5 +1,4 @@
-// topt report RESULTS...: Markdown and CSV tables, charts, one self-contained index.html, and the
-// results block of a README.
+// topt report RESULTS...: Markdown and CSV tables, charts, a page per results file and an index.html.
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
@@ -28,12 +27,11 @@ void add_report_command(CLI::App& app, int& exit_code) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
-      "report", "Tables (Markdown, CSV), charts (PNG, SVG) and index.html from results files. Exit 1 when the "
-                "charts could not be drawn (the tables are written all the same), 2 for unreadable input");
+      "report", "Tables (Markdown, CSV), charts (PNG, SVG) and HTML pages from results files. Exit 1 when the "
+                "charts could not be drawn (the tables are written all the same), 2 for unreadable input or an "
+                "unwritable output");
   sub->add_option("RESULTS", args->options.results, "results.json files (schema topt.results/1)")->required();
-  sub->add_option("--out", args->options.out_dir, "Folder for the outputs; default: the first results file's folder");
-  sub->add_option("--readme", args->options.readme,
-                  "Replace the text between <!-- topt:results:begin --> and <!-- topt:results:end --> in this file");
+  sub->add_option("--out", args->options.out_dir, "Folder for the outputs; default: results/report-<timestamp>");
   sub->add_flag("--no-charts", args->no_charts, "Tables only: python3 and matplotlib are not needed");
   sub->callback([args, &exit_code] {
     ReportOptions options = args->options;

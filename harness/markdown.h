@@ -1,4 +1,4 @@
-// The Markdown that reports write, and its conversion to HTML for the self-contained index.html.
+// The Markdown that reports write, and its conversion to HTML for the report pages.
 #pragma once
 #include <functional>
 #include <string>

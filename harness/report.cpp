@@ -15,6 +15,7 @@
 
 #include "harness/compare.h"
 #include "harness/markdown.h"
+#include "harness/text.h"
 
 extern char** environ;
 
@@ -24,16 +25,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The script's exit status when matplotlib cannot be imported (reports/make_report.py).
+// The script's exit statuses (reports/make_report.py): bad input or an unwritable chart, and
+// matplotlib missing.
+constexpr int kScriptBadInput = 2;
 constexpr int kScriptNoMatplotlib = 3;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -110,10 +105,13 @@ void draw_charts(const std::string& script, const std::string& results_path, con
   fs::path charts_dir = fs::path(report_dir) / "charts";
   fs::create_directories(charts_dir);
   std::string manifest_text;
-  int status = run_capturing_stdout({"python3", script, results_path, "--out", charts_dir.string(), "--name", section.name},
+  int status = run_capturing_stdout({"python3", script, "charts", results_path, "--out", charts_dir.string(), "--name", section.name},
                                     manifest_text);
   if (status == kScriptNoMatplotlib)
     throw ChartsUnavailable("matplotlib is not installed for python3 (scripts/setup.sh installs it)");
+  if (status == kScriptBadInput)  // an I/O error like any other of topt report's: exit 2
+    throw std::runtime_error(fmt::format("{} could not read {} or write {} (its message is above)", script,
+                                         results_path, charts_dir.string()));
   if (status != 0) throw ChartsUnavailable(fmt::format("{} exited with status {} (its message is above)", script, status));
   Json manifest;
   try {
@@ -130,11 +128,11 @@ void draw_charts(const std::string& script, const std::string& results_path, con
   }
 }
 
-std::string section_markdown(const ReportSection& s, const std::string& link_prefix, ChartStyle style) {
+std::string section_markdown(const ReportSection& s) {
   const Json& ctx = s.results.context;
   std::string out = fmt::format("## {}: {}\n\n", s.name, gpu_name(ctx));
-  out += fmt::format("- {} rows from [{}]({}{}), also as [CSV]({}{})\n", s.results.rows.size(),
-                     fs::path(s.results_link).filename().string(), link_prefix, s.results_link, link_prefix, csv_name(s));
+  out += fmt::format("- {} rows from [{}]({}), also as [CSV]({})\n", s.results.rows.size(),
+                     fs::path(s.results_link).filename().string(), s.results_link, csv_name(s));
   for (const char* key : {"gpu", "measured_peaks"})
     if (ctx.contains(key) && ctx[key].is_object()) out += fmt::format("- {}: {}\n", key, scalar_fields(ctx[key]));
   if (std::string rest = scalar_fields(ctx); !rest.empty()) out += "- " + rest + "\n";
@@ -143,44 +141,18 @@ std::string section_markdown(const ReportSection& s, const std::string& link_pre
     for (const ResultRow& r : s.results.rows)
       if (r.op == op) one_op.rows.push_back(r);
     out += "\n" + results_markdown(one_op) + "\n";
-    std::string links;
-    for (const Chart& c : s.charts) {
-      if (c.op != op) continue;
-      if (style == ChartStyle::images)
-        out += fmt::format("![{}]({}{})\n\n", c.title, link_prefix, c.png);
-      else
-        links += fmt::format("{}[{}]({}{}) ([SVG]({}{}))", links.empty() ? "" : " · ", c.kind, link_prefix, c.png,
-                             link_prefix, c.svg);
-    }
-    if (!links.empty()) out += "Charts: " + links + "\n";
+    for (const Chart& c : s.charts)
+      if (c.op == op) out += fmt::format("![{}]({}) ([SVG]({}))\n\n", c.title, c.png, c.svg);
   }
   for (const std::string& note : s.chart_notes) out += "\n" + note + "\n";
   return out;
 }
 
-std::string base64_encode(const std::string& bytes) {
-  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 2]));
-    out += alphabet[(n >> 18) & 63];
-    out += alphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? alphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? alphabet[n & 63] : '=';
-  }
-  return out;
-}
+namespace {
 
-std::string index_html(const std::vector<ReportSection>& sections, const std::string& report_dir) {
-  auto inline_png = [&](const std::string& path) {
-    return "data:image/png;base64," + base64_encode(read_file(fs::path(report_dir) / path));
-  };
-  std::string body;
-  for (const ReportSection& s : sections) body += markdown_to_html(section_markdown(s, "", ChartStyle::images), inline_png);
-  return "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>TransformerOpt results</title>\n"
+std::string html_page(const std::string& title, const std::string& body) {
+  return "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + html_escape(title) +
+         "</title>\n"
          "<style>\n"
          "body { font: 14px/1.45 system-ui, sans-serif; max-width: 1280px; margin: 2em auto; padding: 0 1em; }\n"
          "table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }\n"
@@ -188,18 +160,25 @@ std::string index_html(const std::vector<ReportSection>& sections, const std::st
          "th { background: #f3f3f3; } tbody tr:nth-child(even) { background: #fafafa; }\n"
          "img { max-width: 100%; display: block; margin: 1em 0; }\n"
          "code { background: #f3f3f3; padding: 0 3px; }\n"
-         "</style>\n</head>\n<body>\n<h1>TransformerOpt results</h1>\n" +
+         "</style>\n</head>\n<body>\n" +
          body + "</body>\n</html>\n";
 }
 
-std::string replace_results_block(const std::string& text, const std::string& block) {
-  size_t begin = text.find(kResultsBlockBegin);
-  if (begin == std::string::npos)
-    throw std::runtime_error(fmt::format("no '{}' line: add it and '{}' where the results go", kResultsBlockBegin, kResultsBlockEnd));
-  size_t content = begin + std::strlen(kResultsBlockBegin);
-  size_t end = text.find(kResultsBlockEnd, content);
-  if (end == std::string::npos) throw std::runtime_error(fmt::format("no '{}' after '{}'", kResultsBlockEnd, kResultsBlockBegin));
-  return text.substr(0, content) + "\n" + block + (block.empty() || block.back() == '\n' ? "" : "\n") + text.substr(end);
+std::string html_name(const ReportSection& s) { return s.name + ".html"; }
+
+}  // namespace
+
+std::string section_html(const ReportSection& s) {
+  std::string md = "[All results](index.html)\n\n" + section_markdown(s);
+  return html_page(s.name + ": TransformerOpt results", markdown_to_html(md, [](const std::string& p) { return p; }));
+}
+
+std::string index_html(const std::vector<ReportSection>& sections) {
+  std::string md = "# TransformerOpt results\n\n| results | GPU | rows | charts | tables |\n|---|---|--:|--:|---|\n";
+  for (const ReportSection& s : sections)
+    md += fmt::format("| [{}]({}) | {} | {} | {} | [Markdown]({}.md) · [CSV]({}) |\n", s.name, html_name(s),
+                      md_cell(gpu_name(s.results.context)), s.results.rows.size(), s.charts.size(), s.name, csv_name(s));
+  return html_page("TransformerOpt results", markdown_to_html(md, [](const std::string& p) { return p; }));
 }
 
 int run_report(const ReportOptions& options, std::ostream& out, std::ostream& err) {
@@ -207,8 +186,9 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
     err << "topt report: error: " << what << "\n";
     return 2;
   };
-  fs::path report_dir = options.out_dir.empty() ? fs::path(options.results.at(0)).parent_path() : fs::path(options.out_dir);
-  if (report_dir.empty()) report_dir = ".";
+  // Never into the inputs' folder unless asked: that is where committed results live.
+  fs::path report_dir = options.out_dir.empty() ? fs::path(format_now("results/report-%Y%m%d-%H%M%S", false))
+                                                : fs::path(options.out_dir);
   std::vector<ReportSection> sections;
   std::set<std::string> names;
   for (const std::string& path : options.results) {
@@ -224,50 +204,34 @@ int run_report(const ReportOptions& options, std::ostream& out, std::ostream& er
     s.results_link = relative_path(path, report_dir);
     sections.push_back(std::move(s));
   }
-  // The README is checked before anything is written, so that a missing marker costs nothing.
-  std::string readme_text;
-  if (!options.readme.empty()) {
-    try {
-      readme_text = read_file(options.readme);
-      replace_results_block(readme_text, "");
-    } catch (const std::exception& e) {
-      return fail(options.readme + ": " + e.what());
-    }
-  }
 
   std::string charts_skipped;  // why the charts asked for could not be drawn
-  for (size_t i = 0; i < sections.size() && !options.script.empty() && charts_skipped.empty(); ++i) {
-    try {
-      draw_charts(options.script, options.results[i], report_dir.string(), sections[i]);
-    } catch (const ChartsUnavailable& e) {
-      charts_skipped = e.what();
-    }
-  }
-
   size_t chart_count = 0;
   try {
     fs::create_directories(report_dir);
+    for (size_t i = 0; i < sections.size() && !options.script.empty() && charts_skipped.empty(); ++i) {
+      try {
+        draw_charts(options.script, options.results[i], report_dir.string(), sections[i]);
+      } catch (const ChartsUnavailable& e) {
+        charts_skipped = e.what();
+      }
+    }
     for (const ReportSection& s : sections) {
-      write_file(report_dir / (s.name + ".md"), section_markdown(s, "", ChartStyle::images));
+      write_file(report_dir / (s.name + ".md"), section_markdown(s));
       write_results_csv((report_dir / csv_name(s)).string(), s.results.rows);
+      write_file(report_dir / html_name(s), section_html(s));
       chart_count += s.charts.size();
     }
-    write_file(report_dir / "index.html", index_html(sections, report_dir.string()));
-    if (!options.readme.empty()) {
-      std::string prefix = relative_path(report_dir, fs::absolute(options.readme).parent_path()) + "/";
-      if (prefix == "./") prefix.clear();
-      std::string block = "<!-- written by `topt report`: edits between these markers are overwritten -->\n";
-      for (const ReportSection& s : sections) block += "\n" + section_markdown(s, prefix, ChartStyle::links);
-      write_file(options.readme, replace_results_block(readme_text, block));
-    }
+    write_file(report_dir / "index.html", index_html(sections));
+  } catch (const fs::filesystem_error& e) {
+    return fail(fmt::format("{}: {}", e.path1().string(), e.code().message()));
   } catch (const std::exception& e) {
-    return fail(e.what());
+    return fail(e.what());  // write_file and write_results_csv name the file
   }
 
   for (const ReportSection& s : sections)
-    out << fmt::format("topt report: wrote {}.md and {}\n", (report_dir / s.name).string(), (report_dir / csv_name(s)).string());
-  out << fmt::format("topt report: wrote {} with {} charts inlined\n", (report_dir / "index.html").string(), chart_count);
-  if (!options.readme.empty()) out << "topt report: updated the results block of " << options.readme << "\n";
+    out << fmt::format("topt report: wrote {}.md, .csv and .html\n", (report_dir / s.name).string());
+  out << fmt::format("topt report: wrote {} ({} charts)\n", (report_dir / "index.html").string(), chart_count);
   if (!charts_skipped.empty()) {
     err << "topt report: charts skipped: " << charts_skipped << "; the tables were written\n";
     return 1;

@@ -84,6 +84,23 @@ expect 0 'topt compare: 45 same$' -- \
 expect 0 'note: 12 rows in both files: 12 of BASE.s 45, 12 of NEW.s 141' -- \
   "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/reports/h100/norm_decode.json"
 
+# topt report: every output it cannot write is exit 2 naming the path, never an abort.
+SYNTH="$SRC/tests/data/synthetic/h100_quick_synthetic_run1.json"
+touch "$TMP/a_file"
+expect 2 "topt report: error: $TMP/a_file/out" -- "$TOPT" report "$SYNTH" --no-charts --out "$TMP/a_file/out"
+mkdir -p "$TMP/md_is_a_folder/h100_quick_synthetic_run1.md"
+expect 2 "topt report: error: .*h100_quick_synthetic_run1.md" -- \
+  "$TOPT" report "$SYNTH" --no-charts --out "$TMP/md_is_a_folder"
+if [[ $(id -u) != 0 ]]; then  # root writes anywhere
+  mkdir -p "$TMP/read_only" && chmod a-w "$TMP/read_only"
+  expect 2 "topt report: error: $TMP/read_only/out" -- "$TOPT" report "$SYNTH" --no-charts --out "$TMP/read_only/out"
+fi
+# Without --out a report goes under results/, not beside its input.
+mkdir -p "$TMP/cwd" && cp "$SYNTH" "$TMP/cwd/in.json"
+expect 0 'results/report-[0-9]{8}-[0-9]{6}/index.html' -- \
+  bash -c "cd '$TMP/cwd' && '$(realpath "$TOPT")' report in.json --no-charts"
+[[ -e "$TMP/cwd/in.md" ]] && { echo "FAIL: topt report wrote beside its input"; failures=$((failures + 1)); }
+
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect 3 'no CUDA device' -- "$TOPT" run "$SRC/configs/quick.yaml" --out "$TMP/nogpu"
 fi

@@ -1,5 +1,5 @@
-// topt report: the README block, Markdown to HTML, base64, and whole reports on the synthetic
-// fixture, with charts drawn, with the chart script failing, and without python3.
+// topt report: Markdown to HTML, and whole reports on the synthetic fixture, with charts drawn, with
+// the chart script failing, without python3, and into a folder that cannot be made.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -25,7 +25,7 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A scratch tree per test: reports/h100/quick.json (a copy of the fixture) and a README.
+// A scratch tree per test: reports/h100/quick.json (a copy of the fixture), reported into out/.
 class ReportTree : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -34,19 +34,16 @@ class ReportTree : public ::testing::Test {
     fs::remove_all(root_);
     fs::create_directories(root_ / "reports/h100");
     fs::copy_file(kSynthetic, results());
-    std::ofstream(readme()) << "# Project\n\n## Results\n\n" << kResultsBlockBegin << "\nold table\n"
-                            << kResultsBlockEnd << "\n\n## Next section\n";
   }
   void TearDown() override { fs::remove_all(root_); }
 
   std::string results() const { return (root_ / "reports/h100/quick.json").string(); }
-  std::string readme() const { return (root_ / "README.md").string(); }
-  fs::path dir() const { return root_ / "reports/h100"; }
+  fs::path dir() const { return root_ / "out"; }
 
-  int report(const std::string& script, bool with_readme = true) {
+  int report(const std::string& script, const fs::path& out_dir = {}) {
     ReportOptions o;
     o.results = {results()};
-    o.readme = with_readme ? readme() : "";
+    o.out_dir = (out_dir.empty() ? dir() : out_dir).string();
     o.script = script;
     out_.str("");
     err_.str("");
@@ -60,50 +57,17 @@ class ReportTree : public ::testing::Test {
     EXPECT_NE(md.find("dram_copy_GBps: 3012.4"), std::string::npos) << md;
     EXPECT_NE(slurp(dir() / "quick.csv").find("rmsnorm,ours,0,\"model=llama2-7b,tokens=16,hidden=4096,eps=1e-05\",bf16,ok"),
               std::string::npos);
-    std::string html = slurp(dir() / "index.html");
-    EXPECT_NE(html.find("<table>"), std::string::npos);
-    EXPECT_NE(html.find("<h3>rmsnorm</h3>"), std::string::npos);
-    std::string readme_text = slurp(readme());
-    EXPECT_EQ(readme_text.find("old table"), std::string::npos);
-    EXPECT_NE(readme_text.find("## Next section"), std::string::npos);
-    EXPECT_NE(readme_text.find("[quick.json](reports/h100/quick.json)"), std::string::npos) << readme_text;
+    EXPECT_NE(slurp(dir() / "quick.md").find("[quick.json](../reports/h100/quick.json)"), std::string::npos);
+    std::string page = slurp(dir() / "quick.html");
+    EXPECT_NE(page.find("<table>"), std::string::npos);
+    EXPECT_NE(page.find("<h3>rmsnorm</h3>"), std::string::npos);
+    EXPECT_NE(page.find("<a href=\"index.html\">"), std::string::npos);
+    EXPECT_NE(slurp(dir() / "index.html").find("<a href=\"quick.html\">quick</a>"), std::string::npos);
   }
 
   fs::path root_;
   std::ostringstream out_, err_;
 };
-
-TEST(ReportReadme, ReplacesOnlyTheMarkedBlock) {
-  std::string text = std::string("intro\n") + kResultsBlockBegin + "\nold\n" + kResultsBlockEnd + "\nrest\n";
-  EXPECT_EQ(replace_results_block(text, "new table\n"),
-            std::string("intro\n") + kResultsBlockBegin + "\nnew table\n" + kResultsBlockEnd + "\nrest\n");
-  std::string twice = replace_results_block(replace_results_block(text, "a\n"), "a\n");
-  EXPECT_EQ(twice, replace_results_block(text, "a\n"));
-}
-
-TEST(ReportReadme, MissingMarkersAreNamed) {
-  EXPECT_THROW(
-      {
-        try {
-          replace_results_block("no markers\n", "x");
-        } catch (const std::runtime_error& e) {
-          EXPECT_NE(std::string(e.what()).find(kResultsBlockBegin), std::string::npos);
-          throw;
-        }
-      },
-      std::runtime_error);
-  EXPECT_THROW(replace_results_block(std::string(kResultsBlockBegin) + "\nno end\n", "x"), std::runtime_error);
-  EXPECT_THROW(replace_results_block(std::string(kResultsBlockEnd) + "\n" + kResultsBlockBegin + "\n", "x"), std::runtime_error);
-}
-
-TEST(ReportHtml, Base64MatchesRfc4648) {
-  EXPECT_EQ(base64_encode(""), "");
-  EXPECT_EQ(base64_encode("f"), "Zg==");
-  EXPECT_EQ(base64_encode("fo"), "Zm8=");
-  EXPECT_EQ(base64_encode("foo"), "Zm9v");
-  EXPECT_EQ(base64_encode("foobar"), "Zm9vYmFy");
-  EXPECT_EQ(base64_encode(std::string("\xff\x00\x80", 3)), "/wCA");
-}
 
 TEST(ReportHtml, MarkdownSubsetBecomesHtml) {
   std::string md =
@@ -129,20 +93,18 @@ TEST_F(ReportTree, TablesOnlyWithoutAScript) {
   EXPECT_FALSE(fs::exists(dir() / "charts"));
 }
 
-TEST_F(ReportTree, ChartsAreDrawnLinkedAndInlined) {
+TEST_F(ReportTree, ChartsAreDrawnAndLinkedAsFiles) {
   ASSERT_EQ(report(kScript), 0) << err_.str();
   expect_tables_written();
   for (const char* chart : {"quick_rmsnorm_speedup", "quick_rmsnorm_throughput", "quick_rmsnorm_roofline"}) {
     EXPECT_GT(fs::file_size(dir() / "charts" / (std::string(chart) + ".png")), 1000u) << chart;
     EXPECT_GT(fs::file_size(dir() / "charts" / (std::string(chart) + ".svg")), 1000u) << chart;
   }
-  EXPECT_NE(slurp(dir() / "quick.md").find("![rmsnorm: speedup vs cudnn](charts/quick_rmsnorm_speedup.png)"),
-            std::string::npos);
-  EXPECT_NE(slurp(readme()).find("[speedup](reports/h100/charts/quick_rmsnorm_speedup.png)"), std::string::npos);
-  std::string html = slurp(dir() / "index.html");
-  EXPECT_NE(html.find("<img alt=\"rmsnorm: roofline\" src=\"data:image/png;base64,iVBORw0KGgo"), std::string::npos);
-  EXPECT_EQ(html.find("src=\"charts/"), std::string::npos);
-  EXPECT_NE(out_.str().find("with 3 charts inlined"), std::string::npos) << out_.str();
+  EXPECT_NE(slurp(dir() / "quick.md").find("(charts/quick_rmsnorm_speedup.png)"), std::string::npos);
+  std::string page = slurp(dir() / "quick.html");
+  EXPECT_NE(page.find("src=\"charts/quick_rmsnorm_roofline.png\""), std::string::npos) << page;
+  EXPECT_EQ(page.find("data:image"), std::string::npos);
+  EXPECT_NE(out_.str().find("(3 charts)"), std::string::npos) << out_.str();
 }
 
 TEST_F(ReportTree, MissingMatplotlibWritesTablesAndExits1) {
@@ -165,12 +127,25 @@ TEST_F(ReportTree, MissingPython3WritesTablesAndExits1) {
   EXPECT_NE(err_.str().find("charts skipped: cannot run python3"), std::string::npos) << err_.str();
 }
 
-TEST_F(ReportTree, ReadmeWithoutMarkersIsExit2AndNothingIsWritten) {
-  std::ofstream(readme()) << "# no markers\n";
-  EXPECT_EQ(report(""), 2);
-  EXPECT_NE(err_.str().find("README.md: no '<!-- topt:results:begin -->'"), std::string::npos) << err_.str();
-  EXPECT_FALSE(fs::exists(dir() / "quick.md"));
-  EXPECT_EQ(slurp(readme()), "# no markers\n");
+TEST_F(ReportTree, AnOutputFolderUnderAFileIsExit2NamingIt) {
+  std::ofstream(root_ / "a_file") << "x";
+  EXPECT_EQ(report(kScript, root_ / "a_file/out"), 2);
+  EXPECT_NE(err_.str().find("topt report: error: " + (root_ / "a_file/out").string()), std::string::npos) << err_.str();
+}
+
+TEST_F(ReportTree, AChartsFolderThatIsAFileIsExit2NamingIt) {
+  fs::create_directories(dir());
+  std::ofstream(dir() / "charts") << "x";
+  EXPECT_EQ(report(kScript), 2);
+  EXPECT_NE(err_.str().find("topt report: error: " + (dir() / "charts").string()), std::string::npos) << err_.str();
+}
+
+TEST_F(ReportTree, AChartScriptThatCannotWriteIsExit2) {
+  // The chart script's exit status for unreadable input or an unwritable chart.
+  fs::path fake = root_ / "cannot_write.py";
+  std::ofstream(fake) << "import sys\nsys.exit(2)\n";
+  EXPECT_EQ(report(fake.string()), 2);
+  EXPECT_NE(err_.str().find("could not read " + results()), std::string::npos) << err_.str();
 }
 
 TEST_F(ReportTree, ForeignResultsAreExit2) {
