@@ -137,7 +137,7 @@ constexpr int kMaxBlocks = 4096;
 struct BlockWorst {
   double ratio;
   long long index;
-  double out, ref;
+  double out, ref, error, allowed;
 };
 
 struct WorseOf {
@@ -184,17 +184,38 @@ __global__ void reference_sums_kernel(const T* out, const float* ref, int64_t n,
   }
 }
 
+// Each row's RMS over its finite reference values, a warp per row.
+__global__ void row_rms_kernel(const float* ref, int64_t rows, int64_t width, float* rms) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; row < rows; row += warps) {
+    double sum = 0;
+    unsigned long long finite = 0;
+    for (int64_t c = lane; c < width; c += 32) {
+      const double r = ref[row * width + c];
+      if (!isfinite(r)) continue;
+      sum += r * r;
+      ++finite;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      finite += __shfl_xor_sync(0xffffffffu, finite, offset);
+    }
+    if (lane == 0) rms[row] = finite ? float(sqrt(sum / double(finite))) : 0.f;
+  }
+}
+
 template <class T>
-__global__ void wrong_elements_kernel(const T* out, const float* ref, int64_t n, double atol, double rtol,
-                                      DeviceSums* sums, BlockWorst* block_worst) {
+__global__ void wrong_elements_kernel(const T* out, const float* ref, int64_t n, int64_t width, const float* row_rms,
+                                      ElementTolerance unit, DeviceSums* sums, BlockWorst* block_worst) {
   unsigned long long wrong = 0;
-  BlockWorst mine{-1, -1, 0, 0};
+  BlockWorst mine{-1, -1, 0, 0, 0, 0};
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const double o = to_f64(out[i]), r = ref[i];
     double error, allowed;
-    const double ratio = error_ratio(o, r, atol, rtol, error, allowed);
+    const double ratio = error_ratio(o, r, unit.atol * row_rms[i / width], unit.rtol, error, allowed);
     wrong += ratio > 1;
-    if (ratio > mine.ratio) mine = {ratio, (long long)i, o, r};
+    if (ratio > mine.ratio) mine = {ratio, (long long)i, o, r, error, allowed};
   }
   using Reduce = cub::BlockReduce<BlockWorst, kThreads>;
   using ReduceCount = cub::BlockReduce<unsigned long long, kThreads>;
@@ -213,15 +234,36 @@ __global__ void wrong_elements_kernel(const T* out, const float* ref, int64_t n,
 
 }  // namespace
 
-CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref, const ErrorModel& model) {
+namespace {
+// The RMS of each row's finite reference values.
+std::vector<double> row_rms(const std::vector<double>& ref, int64_t row_width) {
+  const size_t width = row_width > 0 ? size_t(row_width) : std::max<size_t>(ref.size(), 1);
+  std::vector<double> rms((ref.size() + width - 1) / width);
+  for (size_t row = 0; row < rms.size(); ++row) {
+    const size_t end = std::min(ref.size(), (row + 1) * width);
+    rms[row] = sum_reference(std::vector<double>(ref.begin() + long(row * width), ref.begin() + long(end)), nullptr).rms();
+  }
+  return rms;
+}
+}  // namespace
+
+double allowed_error(const ErrorModel& model, const std::vector<double>& ref, int64_t row_width, int64_t index) {
+  const size_t width = row_width > 0 ? size_t(row_width) : std::max<size_t>(ref.size(), 1);
+  return element_tolerance(model, row_rms(ref, row_width)[size_t(index) / width]).allowed(ref[size_t(index)]);
+}
+
+CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref, const ErrorModel& model,
+                         int64_t row_width) {
   if (out.size() != ref.size())
     throw std::invalid_argument(fmt::format("compare: {} outputs vs {} reference values", out.size(), ref.size()));
   const RefSums sums = sum_reference(ref, &out);
-  const ElementTolerance tol = element_tolerance(model, sums.rms());
+  const std::vector<double> rms = row_rms(ref, row_width);
+  const size_t width = row_width > 0 ? size_t(row_width) : std::max<size_t>(ref.size(), 1);
+  const ElementTolerance unit = element_tolerance(model, 1.0);
   CheckResult r = finish(sums, int64_t(out.size()));
   for (size_t i = 0; i < out.size(); ++i) {
     double error, allowed;
-    const double ratio = error_ratio(out[i], ref[i], tol.atol, tol.rtol, error, allowed);
+    const double ratio = error_ratio(out[i], ref[i], unit.atol * rms[i / width], unit.rtol, error, allowed);
     r.wrong += ratio > 1;
     if (!r.worst || ratio > r.worst->ratio()) r.worst = WorstElement{"", int64_t(i), "", out[i], ref[i], error, allowed};
   }
@@ -235,7 +277,10 @@ CheckResult compare_device(const Tensor& out, const Tensor& ref, const ErrorMode
   CheckResult r;
   r.elements = out.numel();
   if (blocks == 0) return r;
+  const int64_t width = out.shape.empty() ? out.numel() : std::max<int64_t>(out.shape.back(), 1);
+  const int64_t rows = (out.numel() + width - 1) / width;
   DeviceBuffer acc(sizeof(DeviceSums) + size_t(blocks) * sizeof(BlockWorst), "check accumulators");
+  DeviceBuffer rms(size_t(rows) * sizeof(float), "check row scales");
   CUDA_CHECK(cudaMemsetAsync(acc.get(), 0, sizeof(DeviceSums), stream));
   auto* sums = acc.as<DeviceSums>();
   auto* block_worst = reinterpret_cast<BlockWorst*>(sums + 1);
@@ -250,11 +295,13 @@ CheckResult compare_device(const Tensor& out, const Tensor& ref, const ErrorMode
     reference_sums_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), sums);
     CUDA_CHECK_LAUNCH();
     read_sums();
-    RefSums s{host.diff2, host.ref2, int64_t(host.finite), int64_t(host.nonfinite)};
-    r = finish(s, out.numel());
-    const ElementTolerance tol = element_tolerance(model, s.rms());
-    wrong_elements_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), tol.atol,
-                                                              tol.rtol, sums, block_worst);
+    r = finish({host.diff2, host.ref2, int64_t(host.finite), int64_t(host.nonfinite)}, out.numel());
+    const int row_blocks = int(std::min<int64_t>((rows + kThreads / 32 - 1) / (kThreads / 32), kMaxBlocks));
+    row_rms_kernel<<<row_blocks, kThreads, 0, stream>>>(ref.as<float>(), rows, width, rms.as<float>());
+    CUDA_CHECK_LAUNCH();
+    wrong_elements_kernel<T><<<blocks, kThreads, 0, stream>>>(out.as<T>(), ref.as<float>(), out.numel(), width,
+                                                              rms.as<float>(), element_tolerance(model, 1.0), sums,
+                                                              block_worst);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemcpyAsync(worst.data(), block_worst, worst.size() * sizeof(BlockWorst), cudaMemcpyDeviceToHost,
                                stream));
@@ -263,9 +310,7 @@ CheckResult compare_device(const Tensor& out, const Tensor& ref, const ErrorMode
     const BlockWorst* w = &worst[0];
     for (auto& b : worst)
       if (b.ratio > w->ratio) w = &b;
-    double error, allowed;
-    error_ratio(w->out, w->ref, tol.atol, tol.rtol, error, allowed);
-    r.worst = WorstElement{"", w->index, "", w->out, w->ref, error, allowed};
+    r.worst = WorstElement{"", w->index, "", w->out, w->ref, w->error, w->allowed};
   });
   return r;
 }
@@ -293,7 +338,8 @@ namespace {
 CheckResult check_output(const Problem& problem, const Reference& ref, size_t i, const Tensor& out,
                          const OutputSpec& spec, cudaStream_t stream) {
   CheckResult r = ref.host.empty() ? compare_device(out, *ref.device[i], spec.error, stream)
-                                   : compare_host(to_host_f64(out, stream), ref.host[i], spec.error);
+                                   : compare_host(to_host_f64(out, stream), ref.host[i], spec.error,
+                                                  out.shape.empty() ? 0 : out.shape.back());
   if (r.worst) {
     r.worst->output = spec.name;
     r.worst->where = problem.locate(i, r.worst->index);
@@ -316,17 +362,6 @@ CheckResult check_outputs(const Problem& problem, const Reference& ref, cudaStre
   CheckResult total;
   for (size_t i = 0; i < outs.size(); ++i) total.merge(check_output(problem, ref, i, outs[i], specs[i], stream));
   return total;
-}
-
-std::vector<ElementTolerance> output_tolerances(const Problem& problem, const Reference& ref, cudaStream_t stream) {
-  const auto outs = problem.outputs();
-  const auto specs = checked_specs(problem, outs.size());
-  std::vector<ElementTolerance> tols;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const RefSums sums = sum_reference(ref.host.empty() ? to_host_f64(*ref.device[i], stream) : ref.host[i], nullptr);
-    tols.push_back(element_tolerance(specs[i].error, sums.rms()));
-  }
-  return tols;
 }
 
 }  // namespace topt

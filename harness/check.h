@@ -28,9 +28,10 @@ struct ElementTolerance {
 
 // rtol = kCheckMargin · (roundings·u + reduction·u_fp32)
 // atol = kCheckMargin · ((roundings + term_roundings)·u + reduction·u_fp32) · scale
-// with u the unit roundoff of the output's dtype and `scale` the RMS of the output's finite reference
-// values: an element near zero (cancellation, a convex combination of values of both signs) errs by
-// the roundings of terms of the output's own size, not of its own.
+// with u the unit roundoff of the output's dtype and `scale` the RMS of the finite reference values of
+// the element's row (the output's last dimension: a norm's row, one head's output vector): an element
+// near zero (cancellation, a convex combination of values of both signs) errs by the roundings of
+// terms of its row's size, not of its own.
 ElementTolerance element_tolerance(const ErrorModel& model, double scale);
 
 // The element whose error is the largest share of what its tolerance allows.
@@ -58,9 +59,10 @@ struct CheckResult {
   std::string describe() const;
 };
 
-// One output against its reference, on the host in double or on the device (fp32 reference).
-// `locate` turns a flat index into coordinates for the worst element.
-CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref, const ErrorModel& model);
+// One output against its reference, on the host in double or on the device (fp32 reference); rows of
+// `row_width` elements (the device path takes the tensor's last dimension; 0: one row of everything).
+CheckResult compare_host(const std::vector<double>& out, const std::vector<double>& ref, const ErrorModel& model,
+                         int64_t row_width = 0);
 CheckResult compare_device(const Tensor& out, const Tensor& ref_f32, const ErrorModel& model, cudaStream_t stream);
 
 // The reference for one case: host doubles (small cases) or fp32 tensors on the device (large ones).
@@ -74,8 +76,8 @@ Reference compute_reference(const Problem& problem, int64_t cpu_max_elements, cu
 // Compares every output of `problem` with the reference, element by element; the worst element of all
 // outputs is located in the op's coordinates.
 CheckResult check_outputs(const Problem& problem, const Reference& ref, cudaStream_t stream);
-// Each output's tolerance as check_outputs applies it (the reference's RMS sets atol's scale).
-std::vector<ElementTolerance> output_tolerances(const Problem& problem, const Reference& ref, cudaStream_t stream);
+// What the check allows element `index` of an output whose host reference is `ref`, in rows of `row_width`.
+double allowed_error(const ErrorModel& model, const std::vector<double>& ref, int64_t row_width, int64_t index);
 
 // "token 3, col 5": a flat row-major index into `shape`, each coordinate named by `dims`.
 std::string locate_in_shape(const std::vector<int64_t>& shape, const std::vector<std::string>& dims, int64_t index);
