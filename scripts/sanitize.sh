@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the GPU tests under compute-sanitizer, within one device call: memcheck over every GPU test,
-# then racecheck over the small shapes (TOPT_SANITIZE=small, tests/gpu/gpu_test.h). Both check only
-# this project's kernels (every one is in namespace topt: mangled names start _ZN4topt); cuBLAS's and
-# cuDNN's run unchecked. Under the tool no test asserts on timings (TOPT_SANITIZE set).
+# then racecheck over the small shapes (TOPT_SANITIZE=small, tests/gpu/gpu_test.h). memcheck checks
+# only this project's kernels (every one is in namespace topt: mangled names start _ZN4topt). racecheck
+# takes no kernel filter: with one (any, even a plain kernel's name) compute-sanitizer 2025.3 on the
+# H100 stopped at the first decode test with "Internal Sanitizer Error: The Sanitizer failed to handle
+# a hardware exception"; without, it ran. Its hazards are counted in our kernels (reports that name
+# topt::) and, apart, in the libraries'. Under the tool no test asserts on timings (TOPT_SANITIZE set).
 # Usage: scripts/sanitize.sh OUT_DIR [TEST_BINARY] [-- gtest args...]
 #   OUT_DIR      where the full logs go (memcheck.log, racecheck.log); $OUT on the device machine
 #   TEST_BINARY  default bundle/topt_gpu_tests (scripts/bundle.sh), else build/release/tests/topt_gpu_tests
@@ -88,7 +91,7 @@ run_tool() {
   local log=$OUT_DIR/$tool.log start=$SECONDS rc
   echo "sanitize: $tool (TOPT_SANITIZE=$mode, at most ${limit}s) -> $log"
   TOPT_SANITIZE=$mode timeout --signal=INT --kill-after=20 "$limit" \
-    "$SANITIZER" --tool "$tool" --kernel-name kns=_ZN4topt --error-exitcode 86 --print-limit 200 "$@" \
+    "$SANITIZER" --tool "$tool" --error-exitcode 86 --print-limit 1000 "$@" \
     "$BINARY" "${GTEST_ARGS[@]}" >"$log" 2>&1
   rc=$?
   local found what
@@ -98,11 +101,13 @@ run_tool() {
     found=$(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -n 1)
     [[ -n $found ]] || found=$(grep -cE '^========= (Invalid|Misaligned|Out-of-range|Malformed|Program hit)' "$log")
   else
-    what=hazards
-    # "========= RACECHECK SUMMARY: N hazards displayed (...)" when the run ended; otherwise the
-    # analysis reports so far, one per racing pair of source lines ("Race reported between ...").
-    found=$(sed -n 's/^========= RACECHECK SUMMARY: \([0-9]*\) hazard.*/\1/p' "$log" | tail -n 1)
-    [[ -n $found ]] || found=$(grep -c 'Race reported between' "$log")
+    # The analysis reports, one per racing pair of source lines ("Race reported between ... at
+    # KERNEL+offset"): ours name topt::, the libraries' (cuBLAS's nvjet_*, cuDNN's) do not. A tool
+    # error ("Internal Sanitizer Error") is counted with ours: nothing after it was checked.
+    local theirs
+    found=$(grep -cE 'Race reported between .* at (void )?topt::|Internal Sanitizer Error' "$log")
+    theirs=$(($(grep -c 'Race reported between' "$log") - $(grep -c 'Race reported between .* at \(void \)\?topt::' "$log")))
+    what="hazards in our kernels, $theirs in library kernels"
   fi
   # gtest's line per finished test, "[       OK ] Suite.Name (12 ms)" and the like: counts that
   # hold for a run cut short too.
@@ -117,7 +122,7 @@ run_tool() {
     *) note=", exit $rc: see the log" ;;
   esac
   SUMMARY+=("$tool: $found $what (tests: $passed passed, $failed failed, $skipped skipped; $((SECONDS - start))s$note)")
-  if [[ $found != 0 || $rc != 0 ]]; then STATUS=1; fi
+  if [[ $found != 0 || ($rc != 0 && $rc != 86) ]]; then STATUS=1; fi
 }
 
 TOTAL_S=${SANITIZE_TOTAL_S:-540}
@@ -131,7 +136,8 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
   case $tool in
     # API errors are the harness's to catch (CUDA_CHECK), and a test provokes one on purpose (an
     # allocation that cannot fit): memcheck reports device-side errors only.
-    memcheck) run_tool memcheck "$(min "${SANITIZE_MEMCHECK_S:-300}" "$left")" 1 --report-api-errors no ;;
+    memcheck) run_tool memcheck "$(min "${SANITIZE_MEMCHECK_S:-300}" "$left")" 1 --report-api-errors no \
+      --kernel-name kns=_ZN4topt ;;
     racecheck) run_tool racecheck "$(min "${SANITIZE_RACECHECK_S:-$left}" "$left")" small --racecheck-report analysis ;;
     *) echo "sanitize: unknown tool '$tool' in SANITIZE_TOOLS (memcheck, racecheck)" >&2; exit 2 ;;
   esac
