@@ -146,6 +146,13 @@ struct WorseOf {
   }
 };
 
+// Shared memory for two block reductions in turn: a value of type A, then counts.
+template <class A>
+union ReduceThenCount {
+  typename cub::BlockReduce<A, kThreads>::TempStorage value;
+  typename cub::BlockReduce<unsigned long long, kThreads>::TempStorage count;
+};
+
 struct DeviceSums {
   double diff2, ref2;
   unsigned long long finite, nonfinite, wrong;
@@ -165,17 +172,14 @@ __global__ void reference_sums_kernel(const T* out, const float* ref, int64_t n,
   }
   using Reduce = cub::BlockReduce<double, kThreads>;
   using ReduceCount = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage d;
-    typename ReduceCount::TempStorage c;
-  } tmp;
-  const double bd2 = Reduce(tmp.d).Sum(d2);
+  __shared__ ReduceThenCount<double> tmp;
+  const double bd2 = Reduce(tmp.value).Sum(d2);
   __syncthreads();
-  const double br2 = Reduce(tmp.d).Sum(r2);
+  const double br2 = Reduce(tmp.value).Sum(r2);
   __syncthreads();
-  const unsigned long long bfinite = ReduceCount(tmp.c).Sum(finite);
+  const unsigned long long bfinite = ReduceCount(tmp.count).Sum(finite);
   __syncthreads();
-  const unsigned long long bbad = ReduceCount(tmp.c).Sum(bad);
+  const unsigned long long bbad = ReduceCount(tmp.count).Sum(bad);
   if (threadIdx.x == 0) {
     atomicAdd(&sums->diff2, bd2);
     atomicAdd(&sums->ref2, br2);
@@ -217,15 +221,10 @@ __global__ void wrong_elements_kernel(const T* out, const float* ref, int64_t n,
     wrong += ratio > 1;
     if (ratio > mine.ratio) mine = {ratio, (long long)i, o, r, error, allowed};
   }
-  using Reduce = cub::BlockReduce<BlockWorst, kThreads>;
-  using ReduceCount = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage w;
-    typename ReduceCount::TempStorage c;
-  } tmp;
-  const BlockWorst worst = Reduce(tmp.w).Reduce(mine, WorseOf());
+  __shared__ ReduceThenCount<BlockWorst> tmp;
+  const BlockWorst worst = cub::BlockReduce<BlockWorst, kThreads>(tmp.value).Reduce(mine, WorseOf());
   __syncthreads();
-  const unsigned long long bwrong = ReduceCount(tmp.c).Sum(wrong);
+  const unsigned long long bwrong = cub::BlockReduce<unsigned long long, kThreads>(tmp.count).Sum(wrong);
   if (threadIdx.x == 0) {
     block_worst[blockIdx.x] = worst;
     atomicAdd(&sums->wrong, bwrong);
