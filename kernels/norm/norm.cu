@@ -6,10 +6,9 @@ namespace topt::kernels {
 
 namespace {
 
-// Vectors per thread. RMSNorm: 2 (256 threads for a 4096-wide bf16 row) is as fast as 4 on large
-// rows and 0.1-0.2 µs faster on decode rows; 1 lost up to 7% on large rows and 8 lost 20%. LayerNorm
-// at 2 needs 56 registers, which halves its rows in flight: 86-93% of copy bandwidth against
-// 95-99% at 4 (NOTES.md).
+// Vectors per thread. RMSNorm: 2 (256 threads for a 4096-wide bf16 row), the fastest on decode rows
+// and as fast as 4 on large ones. LayerNorm: 4, since at 2 its 56 registers halve its rows in flight.
+// The measurements: kernels/norm/NOTES.md.
 template <NormKind kKind>
 constexpr int kNormVectorsPerThread = kKind == NormKind::layer ? 4 : 2;
 
