@@ -108,15 +108,15 @@ __host__ __device__ inline double error_ratio(double o, double r, double atol, d
   return share_of_allowance(error, allowed);
 }
 
-// The sums over `ref`'s finite values; with `out`, its differences from them too.
-RefSums sum_reference(const std::vector<double>& ref, const std::vector<double>* out) {
+// The sums over the finite values of ref[0, n); with `out`, its differences from them too.
+RefSums sum_reference(const double* ref, size_t n, const double* out) {
   RefSums sums;
-  for (size_t i = 0; i < ref.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(ref[i])) continue;
     ++sums.finite;
     sums.ref2 += ref[i] * ref[i];
     if (!out) continue;
-    if (std::isfinite((*out)[i])) sums.diff2 += ((*out)[i] - ref[i]) * ((*out)[i] - ref[i]);
+    if (std::isfinite(out[i])) sums.diff2 += (out[i] - ref[i]) * (out[i] - ref[i]);
     else ++sums.nonfinite;
   }
   return sums;
@@ -240,7 +240,7 @@ std::vector<double> row_rms(const std::vector<double>& ref, int64_t row_width) {
   std::vector<double> rms((ref.size() + width - 1) / width);
   for (size_t row = 0; row < rms.size(); ++row) {
     const size_t end = std::min(ref.size(), (row + 1) * width);
-    rms[row] = sum_reference(std::vector<double>(ref.begin() + long(row * width), ref.begin() + long(end)), nullptr).rms();
+    rms[row] = sum_reference(ref.data() + row * width, end - row * width, nullptr).rms();
   }
   return rms;
 }
@@ -255,7 +255,7 @@ CheckResult compare_host(const std::vector<double>& out, const std::vector<doubl
                          int64_t row_width) {
   if (out.size() != ref.size())
     throw std::invalid_argument(fmt::format("compare: {} outputs vs {} reference values", out.size(), ref.size()));
-  const RefSums sums = sum_reference(ref, &out);
+  const RefSums sums = sum_reference(ref.data(), ref.size(), out.data());
   const std::vector<double> rms = row_rms(ref, row_width);
   const size_t width = row_width > 0 ? size_t(row_width) : std::max<size_t>(ref.size(), 1);
   const ElementTolerance unit = element_tolerance(model, 1.0);

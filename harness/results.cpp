@@ -52,7 +52,8 @@ SampleStats stats_from_json(const Json& j) {
   return s;
 }
 
-std::string fmt_opt(const std::optional<double>& v, const char* spec) {
+template <class T>
+std::string fmt_opt(const std::optional<T>& v, const char* spec) {
   return v ? fmt::format(fmt::runtime(spec), *v) : std::string("");
 }
 
@@ -288,8 +289,7 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
     out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
         << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
         << fmt_opt(r.speedup_lo, "{:.4f}") << ',' << fmt_opt(r.speedup_hi, "{:.4f}") << ','
-        << fmt_opt(r.rel_error, "{:.3e}") << ',' << (r.wrong_elements ? std::to_string(*r.wrong_elements) : "")
-        << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
+        << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.wrong_elements, "{}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
         << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0);
     for (auto& m : metrics) {
       out << ',';
@@ -329,8 +329,7 @@ std::string results_markdown(const ResultsFile& f) {
          << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
          << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x")
          << (r.speedup_lo && r.speedup_hi ? fmt::format(" [{:.2f}, {:.2f}]", *r.speedup_lo, *r.speedup_hi) : "") << " | "
-         << fmt_opt(r.rel_error, "{:.1e}") << " | " << (r.wrong_elements ? std::to_string(*r.wrong_elements) : "")
-         << " |\n";
+         << fmt_opt(r.rel_error, "{:.1e}") << " | " << fmt_opt(r.wrong_elements, "{}") << " |\n";
     }
     md << '\n';
     // What the rows report beside their timing (workspace, hardware counters, ...): a table of its own.
