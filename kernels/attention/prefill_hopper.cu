@@ -43,11 +43,11 @@ __device__ __forceinline__ void consume(const PrefillParams& p, uint8_t* smem_pt
     if (cw == 1) named_arrive(C::kBarSchedule, 256);
   for (int tiles = 0;; ++tiles) {
     mbar_wait(bars.q_full(), tiles & 1);
-    const PrefillTile tile{handoff->tile.m_block, handoff->tile.head, handoff->tile.batch};
+    const TileHandoff job = receive_handoff(handoff, lane);
+    const PrefillTile& tile = job.tile;
     if (tile.m_block < 0) break;
-    const PrefillSeq seq{handoff->seq.q_start, handoff->seq.len_q, handoff->seq.k_start, handoff->seq.len_k};
-    int split = -1;
-    if constexpr (C::kTail) split = handoff->split;
+    const PrefillSeq& seq = job.seq;
+    const int split = C::kTail ? job.split : -1;
     const KeyRange<C::kBlockN, kCausal> range = tile_key_range<C, kCausal>(p, tile.m_block, seq, split);
     float o[C::kHeadDim / 2];
 #pragma unroll

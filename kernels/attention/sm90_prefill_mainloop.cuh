@@ -149,6 +149,22 @@ struct TileHandoff {
 };
 static_assert(sizeof(TileHandoff) <= 32, "PrefillConfig reserves 32 bytes for it");
 
+// A consumer warp's copy of the hand-over, after q_full: lane 0 reads it and passes it on, so the one
+// thread that reads it is the one whose arrival on q_empty lets the producer overwrite it. (Were every
+// lane to read, only __syncwarp would order lanes 1-31's reads before that arrival; racecheck does not
+// take it as doing so and reports each such read: docs/checks.md.)
+__device__ __forceinline__ TileHandoff receive_handoff(const volatile TileHandoff* handoff, int lane) {
+  int v[8] = {};
+  if (lane == 0) {
+    v[0] = handoff->tile.m_block, v[1] = handoff->tile.head, v[2] = handoff->tile.batch;
+    v[3] = handoff->seq.q_start, v[4] = handoff->seq.len_q, v[5] = handoff->seq.k_start, v[6] = handoff->seq.len_k;
+    v[7] = handoff->split;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = __shfl_sync(0xffffffffu, v[i], 0);
+  return TileHandoff{{v[0], v[1], v[2]}, {v[3], v[4], v[5], v[6]}, v[7]};
+}
+
 // The key blocks a handed-out tile visits, for the producer and the consumers alike: all of its
 // blocks, or with kTail, the part `split` names (-1: the whole tile).
 template <class C, bool kCausal>
@@ -250,7 +266,7 @@ __device__ __forceinline__ void produce(const PrefillParams& p, uint32_t smem, v
     handoff->seq.len_q = job.seq.len_q;
     handoff->seq.k_start = job.seq.k_start;
     handoff->seq.len_k = job.seq.len_k;
-    if constexpr (C::kTail) handoff->split = job.split;
+    handoff->split = job.split;
     mbar_arrive_expect_tx(bars.q_full(), C::kQBytes);
 #pragma unroll
     for (int h = 0; h < C::kHalves; ++h)
