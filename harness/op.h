@@ -13,6 +13,7 @@
 
 #include "harness/dtype.h"
 #include "harness/params.h"
+#include "harness/plan_choice.h"
 #include "harness/tensor.h"
 
 namespace topt {
@@ -117,6 +118,8 @@ class Instance {
   // Named figures about this instance beside its timing (e.g. the memory it reserves), in the order
   // given; the runner adds them to the row's metrics.
   virtual std::vector<std::pair<std::string, double>> metrics() const { return {}; }
+  // The library plan it chose, once it has launched (recorded as metrics `plan` and `plans_tried`).
+  virtual PlanChoice plan_choice() const { return {}; }
 };
 
 // An Instance made of a launch lambda, for implementations that hold no state of their own.
@@ -145,6 +148,9 @@ struct Impl {
   // The problem's ReadBound this implementation is held to ("": none): its row gets read_bound_us and
   // pct_of_read_bound.
   std::string read_bound;
+  // It times every plan its library's heuristics offer at its first launch and keeps the fastest
+  // (Instance::plan_choice); `topt plan` says so.
+  bool chooses_plan = false;
 };
 
 struct OpDef {

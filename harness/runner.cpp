@@ -492,6 +492,10 @@ class SweepRunner {
     r.status = Status::ok;
     if (size_t ws = c.inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
     for (auto& [name, value] : c.inst->metrics()) r.metrics[name] = metric_json(value);
+    if (PlanChoice plan = c.inst->plan_choice(); plan.tried > 0) {
+      r.metrics["plan"] = plan.name;
+      r.metrics["plans_tried"] = plan.tried;
+    }
     if (counters_) collect_counters(*c.inst, r);
     c.inst.reset();  // its memory goes back before the next case
   }

@@ -73,25 +73,16 @@ TensorPtr epsilon(fe::graph::Graph& g, float eps) {
   return g.tensor(fe::graph::Tensor_attributes(eps));
 }
 
-// Marks y as the output, then validates, lowers and plans the graph (heuristics' first plan that
-// builds). Returns the workspace it needs.
-size_t build(fe::graph::Graph& g, const TensorPtr& y, fe::DataType_t io, const char* op) {
+// Marks y as the output, then builds every plan (TunedGraph). Returns the workspace it needs.
+size_t build(TunedGraph& g, const TensorPtr& y, fe::DataType_t io, const char* op) {
   y->set_output(true).set_uid(kUidY).set_data_type(io);
-  require(g.validate(), op);
-  require(g.build_operation_graph(handle()), op);
-  require(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op);
-  require(g.check_support(), op);
-  require(g.build_plans(), op);
-  int64_t workspace = 0;
-  require(g.get_workspace_size(workspace), op);
-  return size_t(workspace);
+  return g.build(op);
 }
-
 
 }  // namespace
 
 struct RmsNormGraph::State {
-  fe::graph::Graph graph;
+  TunedGraph tuned;
   size_t workspace = 0;
 };
 
@@ -99,7 +90,7 @@ RmsNormGraph::RmsNormGraph(int64_t rows, int64_t hidden, DType dtype, float eps)
     : state_(std::make_unique<State>()) {
   const char* op = "rmsnorm";
   fe::DataType_t io = io_type(dtype, op);
-  fe::graph::Graph& g = state_->graph;
+  fe::graph::Graph& g = state_->tuned.graph;
   set_types(g, io);
   TensorPtr x = rows_tensor(g, "x", kUidX, rows, hidden, io);
   TensorPtr w = rows_tensor(g, "w", kUidScale, 1, hidden, io);
@@ -108,7 +99,7 @@ RmsNormGraph::RmsNormGraph(int64_t rows, int64_t hidden, DType dtype, float eps)
                    .set_forward_phase(fe::NormFwdPhase_t::INFERENCE)
                    .set_epsilon(e)
                    .set_compute_data_type(fe::DataType_t::FLOAT);
-  state_->workspace = build(g, g.rmsnorm(x, w, attrs)[0], io, op);
+  state_->workspace = build(state_->tuned, g.rmsnorm(x, w, attrs)[0], io, op);
 }
 
 RmsNormGraph::~RmsNormGraph() = default;
@@ -118,11 +109,13 @@ size_t RmsNormGraph::workspace_bytes() const { return state_->workspace; }
 void RmsNormGraph::execute(const void* x, const void* w, void* y, void* workspace,
                            cudaStream_t stream) const {
   void* ptrs[] = {const_cast<void*>(x), const_cast<void*>(w), y};
-  execute_graph(state_->graph, ptrs, 3, workspace, stream, "rmsnorm");
+  state_->tuned.execute(ptrs, 3, workspace, stream, "rmsnorm");
 }
 
+PlanChoice RmsNormGraph::plan_choice() const { return state_->tuned.choice(); }
+
 struct LayerNormGraph::State {
-  fe::graph::Graph graph;
+  TunedGraph tuned;
   size_t workspace = 0;
 };
 
@@ -130,7 +123,7 @@ LayerNormGraph::LayerNormGraph(int64_t rows, int64_t hidden, DType dtype, float 
     : state_(std::make_unique<State>()) {
   const char* op = "layernorm";
   fe::DataType_t io = io_type(dtype, op);
-  fe::graph::Graph& g = state_->graph;
+  fe::graph::Graph& g = state_->tuned.graph;
   set_types(g, io);
   TensorPtr x = rows_tensor(g, "x", kUidX, rows, hidden, io);
   TensorPtr w = rows_tensor(g, "w", kUidScale, 1, hidden, io);
@@ -140,7 +133,7 @@ LayerNormGraph::LayerNormGraph(int64_t rows, int64_t hidden, DType dtype, float 
                    .set_forward_phase(fe::NormFwdPhase_t::INFERENCE)
                    .set_epsilon(e)
                    .set_compute_data_type(fe::DataType_t::FLOAT);
-  state_->workspace = build(g, g.layernorm(x, w, b, attrs)[0], io, op);
+  state_->workspace = build(state_->tuned, g.layernorm(x, w, b, attrs)[0], io, op);
 }
 
 LayerNormGraph::~LayerNormGraph() = default;
@@ -150,7 +143,9 @@ size_t LayerNormGraph::workspace_bytes() const { return state_->workspace; }
 void LayerNormGraph::execute(const void* x, const void* w, const void* b, void* y,
                              void* workspace, cudaStream_t stream) const {
   void* ptrs[] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(b), y};
-  execute_graph(state_->graph, ptrs, 4, workspace, stream, "layernorm");
+  state_->tuned.execute(ptrs, 4, workspace, stream, "layernorm");
 }
+
+PlanChoice LayerNormGraph::plan_choice() const { return state_->tuned.choice(); }
 
 }  // namespace topt::cudnn

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "harness/dtype.h"
+#include "harness/plan_choice.h"
 
 namespace topt::cudnn {
 
@@ -17,8 +18,9 @@ namespace topt::cudnn {
 cudnnHandle_t handle();
 
 // y = x / sqrt(mean(x^2) + eps) * w for x [rows, hidden] row-major and w [hidden]. x, w and y share
-// `dtype` (bf16, fp16 or fp32); the math is fp32. The graph and its plan are built once, in the
-// constructor, for the device current then; execute() runs them any number of times there.
+// `dtype` (bf16, fp16 or fp32); the math is fp32. The graph and its plans are built once, in the
+// constructor, for the device current then; execute() runs them any number of times there, its
+// first call timing every plan and keeping the fastest (plan_choice() says which, after it).
 class RmsNormGraph {
  public:
   // Throws Unsupported("cuDNN rmsnorm: <why>") when no cuDNN engine takes the case.
@@ -28,6 +30,7 @@ class RmsNormGraph {
   // Enqueues on `stream` and never synchronizes. `workspace` holds workspace_bytes() bytes (may
   // be null when that is 0).
   void execute(const void* x, const void* w, void* y, void* workspace, cudaStream_t stream) const;
+  PlanChoice plan_choice() const;
 
  private:
   struct State;
@@ -43,6 +46,7 @@ class LayerNormGraph {
   size_t workspace_bytes() const;
   void execute(const void* x, const void* w, const void* b, void* y, void* workspace,
                cudaStream_t stream) const;
+  PlanChoice plan_choice() const;
 
  private:
   struct State;

@@ -62,7 +62,7 @@ struct SdpaSpec {
 
 namespace detail {
 struct SdpaPlan {
-  fe::graph::Graph graph;
+  TunedGraph tuned;
   size_t workspace = 0;
   std::vector<int64_t> uids;  // the graph's input and output tensors, ascending
 
@@ -89,7 +89,7 @@ std::unique_ptr<detail::SdpaPlan> build_sdpa(const SdpaSpec& s) {
     throw Unsupported("cuDNN " + op + ": " + dtype_name(s.dtype) + " not offered (bf16, fp16)");
   const fe::DataType_t io = s.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
   auto plan = std::make_unique<detail::SdpaPlan>();
-  fe::graph::Graph& g = plan->graph;
+  fe::graph::Graph& g = plan->tuned.graph;
   std::vector<int64_t>& uids = plan->uids;
   g.set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
 
@@ -146,14 +146,7 @@ std::unique_ptr<detail::SdpaPlan> build_sdpa(const SdpaSpec& s) {
   std::sort(uids.begin(), uids.end());
 
   const char* what = op.c_str();
-  require(g.validate(), what);
-  require(g.build_operation_graph(handle()), what);
-  require(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), what);
-  require(g.check_support(), what);
-  require(g.build_plans(), what);
-  int64_t workspace = 0;
-  require(g.get_workspace_size(workspace), what);
-  plan->workspace = size_t(workspace);
+  plan->workspace = plan->tuned.build(what);
   return plan;
 }
 
@@ -163,7 +156,7 @@ void run_sdpa(const detail::SdpaPlan& plan, const std::array<void*, kUidEnd>& by
   std::array<void*, kUidEnd> ptrs{};
   int n = 0;
   for (int64_t uid : plan.uids) ptrs[size_t(n++)] = by_uid[size_t(uid)];
-  execute_graph(plan.graph, ptrs.data(), n, workspace, stream, op);
+  plan.tuned.execute(ptrs.data(), n, workspace, stream, op);
 }
 
 template <class T>
@@ -198,6 +191,8 @@ SdpaDecodeGraph::SdpaDecodeGraph(const SdpaDecodeShape& s) {
 SdpaDecodeGraph::~SdpaDecodeGraph() = default;
 
 size_t SdpaDecodeGraph::workspace_bytes() const { return plan_->workspace; }
+
+PlanChoice SdpaDecodeGraph::plan_choice() const { return plan_->tuned.choice(); }
 
 void SdpaDecodeGraph::execute(const void* q, const void* k, const void* v, void* o, const int32_t* seq_len_q,
                               const int32_t* seq_len_kv, const int32_t* page_table, void* workspace,
@@ -240,6 +235,8 @@ SdpaPrefillGraph::SdpaPrefillGraph(const SdpaPrefillShape& s) {
 SdpaPrefillGraph::~SdpaPrefillGraph() = default;
 
 size_t SdpaPrefillGraph::workspace_bytes() const { return plan_->workspace; }
+
+PlanChoice SdpaPrefillGraph::plan_choice() const { return plan_->tuned.choice(); }
 
 void SdpaPrefillGraph::execute(const SdpaPrefillTensors& t, void* workspace, cudaStream_t stream) const {
   if (plan_->takes(kUidOffsetQ) && !(t.seq_len_q && t.seq_len_kv && t.offset_qo && t.offset_kv && t.offset_lse))

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "harness/dtype.h"
+#include "harness/plan_choice.h"
 
 namespace topt::cudnn {
 
@@ -40,6 +41,8 @@ class SdpaDecodeGraph {
   // for a contiguous cache (it serves K and V alike). Enqueues on `stream`, never synchronizes.
   void execute(const void* q, const void* k, const void* v, void* o, const int32_t* seq_len_q,
                const int32_t* seq_len_kv, const int32_t* page_table, void* workspace, cudaStream_t stream) const;
+  // The plan its first execute() found fastest (cudnn_norm.h's graphs choose the same way).
+  PlanChoice plan_choice() const;
 
  private:
   std::unique_ptr<detail::SdpaPlan> plan_;
@@ -84,6 +87,7 @@ class SdpaPrefillGraph {
   size_t workspace_bytes() const;
   // Enqueues on `stream`, never synchronizes.
   void execute(const SdpaPrefillTensors& t, void* workspace, cudaStream_t stream) const;
+  PlanChoice plan_choice() const;
 
  private:
   std::unique_ptr<detail::SdpaPlan> plan_;

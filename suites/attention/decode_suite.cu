@@ -343,6 +343,7 @@ class CudnnDecode : public Instance {
                    paged_ ? p_.table.as<int32_t>() : nullptr, workspace_.get(), s);
   }
   size_t workspace_bytes() const override { return workspace_.bytes() + k_.bytes() + v_.bytes(); }
+  PlanChoice plan_choice() const override { return graph_.plan_choice(); }
 
  private:
   static cudnn::SdpaDecodeShape shape(const DecodeProblem& p, bool paged) {
@@ -455,12 +456,12 @@ void register_attention_decode(Registry& registry) {
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), false, s);
                       },
-                      "contiguous"});
+                      "contiguous", true});
   op.impls.push_back({"cudnn_paged", Role::baseline, "cuDNN SDPA on the pages through page tables", nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), true, s);
                       },
-                      "pages"});
+                      "pages", true});
   op.impls.push_back({"gather_cublas", Role::baseline,
                       "gather pages to a contiguous cache, cuBLAS batched q·kᵀ, masked softmax, cuBLAS p·v",
                       nullptr,

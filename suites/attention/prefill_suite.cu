@@ -362,6 +362,7 @@ class CudnnPrefill : public Instance {
   }
   void launch(cudaStream_t s) override { graph_.execute(t_, workspace_.get(), s); }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
+  PlanChoice plan_choice() const override { return graph_.plan_choice(); }
 
  private:
   static cudnn::SdpaPrefillShape shape(const PrefillProblem& p) {
@@ -465,7 +466,8 @@ void register_attention_prefill(Registry& registry) {
                       "cuDNN SDPA (graph API): BSHD, or THD with ragged offsets; stats written as the LSE", nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnPrefill>(as_prefill(p), s);
-                      }});
+                      },
+                      "", true});
   op.impls.push_back({"unfused", Role::baseline,
                       "cuBLAS batched q·kᵀ into fp32 scores, masked softmax writing the LSE, cuBLAS p·v: "
                       "O(seq²) workspace",

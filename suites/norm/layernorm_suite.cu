@@ -82,6 +82,7 @@ class CudnnLayerNorm : public Instance {
     graph_.execute(p_.x->data, p_.w->data, p_.b->data, p_.y->data, workspace_.get(), s);
   }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
+  PlanChoice plan_choice() const override { return graph_.plan_choice(); }
 
  private:
   const LayerNormProblem& p_;
@@ -126,7 +127,8 @@ void register_layernorm(Registry& registry) {
   op.impls.push_back({"cudnn", Role::baseline, "cuDNN graph API layernorm (inference phase)", nullptr,
                       [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnLayerNorm>(as_layernorm(p));
-                      }});
+                      },
+                      "", true});
   op.impls.push_back({"unfused", Role::baseline, "row statistics kernel (mean, then variance), then an apply kernel",
                       nullptr, [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
                         const auto& q = as_layernorm(p);

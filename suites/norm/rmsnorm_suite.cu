@@ -112,6 +112,7 @@ class CudnnRmsNorm : public Instance {
     graph_.execute(p_.norm_input(), p_.w->data, p_.y->data, workspace_.get(), s);
   }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
+  PlanChoice plan_choice() const override { return graph_.plan_choice(); }
 
  private:
   const RmsNormProblem& p_;
@@ -122,7 +123,8 @@ class CudnnRmsNorm : public Instance {
 Impl cudnn_impl(Role role, const char* note) {
   return {"cudnn", role, note, nullptr, [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
             return std::make_unique<CudnnRmsNorm>(as_rmsnorm(p));
-          }};
+          },
+          "", true};
 }
 
 // Our fused RMSNorm; after the unfused residual add where the op has one.
