@@ -1,4 +1,4 @@
-#include "kernels/attention/tma_map.h"
+#include "kernels/sm90/tma_map.h"
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
