@@ -1,0 +1,125 @@
+// The GEMM core's kernel and host launcher. Napkin math for the largest Llama-2 shape, 70B gate+up at
+// M = 8192: 2·8192·57344·8192 = 7.7 TFLOP, ~10 ms at 790 TFLOP/s; its operands (1.1 GB) take 0.4 ms
+// to read once, so large M is compute-bound by 25x. At M = 1 the same weights (940 MB) take ~0.3 ms
+// at 3.1 TB/s for 0.9 GFLOP: the weights' read is everything.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+#include "harness/cuda_check.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/sm90_gemm_config.cuh"
+#include "kernels/gemm/sm90_gemm_mainloop.cuh"
+#include "kernels/sm90/sm90_device.h"
+#include "kernels/sm90/tma_map.h"
+
+namespace topt::kernels::gemm {
+
+namespace {
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) gemm_bf16_kernel(const __grid_constant__ GemmParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
+  const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+  if (threadIdx.x == 0) {
+    init_gemm_barriers<C>(GemmBars<C>{smem + C::kOffBar});
+    tma_prefetch_descriptor(&p.tma_a);
+    tma_prefetch_descriptor(&p.tma_b);
+  }
+  __syncthreads();
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    if constexpr (C::kConsumers > 1) regs_dealloc<C::kProducerRegs>();
+    if (threadIdx.x == 0) produce<C>(p, smem);
+  } else {
+    if constexpr (C::kConsumers > 1) regs_alloc<C::kConsumerRegs>();
+    consume<C>(p, smem, warpgroup - 1);
+  }
+#else
+  // Built without sm_90a code (wgmma, setmaxnreg): fail loudly rather than return garbage.
+  __trap();
+#endif
+}
+
+// y[r, c] = epilogue(Σ_split partial[split, r, c]): the second kernel of a split-K launch (small M:
+// M·N·splits fp32 values, small beside the weights the splits streamed).
+__global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
+  const int64_t total = int64_t(p.m) * p.n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int s = 0; s < p.splits; ++s) sum += p.partial[s * total + i];
+    static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, i / p.n, i % p.n, p.n, sum));
+  }
+}
+
+// A row-major (rows, K) bf16 operand, read in boxes of (box_rows, 64) = box_rows × 128 bytes.
+CUtensorMap operand_map(const char* what, const void* ptr, int64_t rows, int64_t k, int box_rows) {
+  const uint64_t dims[2] = {uint64_t(k), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(k) * 2};
+  const uint32_t box[2] = {uint32_t(kBlockK), uint32_t(box_rows)};
+  return make_tma_map_16bit(what, ptr, false, 2, dims, strides, box);
+}
+
+template <class C>
+void launch_config(const GemmLaunch& l, cudaStream_t stream) {
+  auto kernel = gemm_bf16_kernel<C>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<l.grid, C::kThreads, C::kSmemBytes, stream>>>(l.params);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+std::string gemm_bf16_unsupported(int64_t m, int64_t n, int64_t k) {
+  std::string why = sm90::sm90a_unsupported(reinterpret_cast<const void*>(gemm_bf16_kernel<GemmConfig128x256>));
+  if (!why.empty()) return why;
+  if (k % 8 != 0) return "K = " + std::to_string(k) + " is not a multiple of 8: TMA needs 16-byte row strides";
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "M, N and K must fit 32-bit TMA coordinates";
+  return "";
+}
+
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan) {
+  return plan.splits > 1 ? size_t(plan.splits) * args.m * args.n * sizeof(float) : 0;
+}
+
+GemmLaunch prepare_gemm_bf16(const GemmArgs& args, const GemmPlan& plan, void* workspace) {
+  GemmLaunch l;
+  l.plan = plan;
+  l.grid = plan.grid(current_device_sm_count());
+  GemmParams& p = l.params;
+  p.tma_a = operand_map("gemm A", args.a, args.m, args.k, tile_m(plan.tile));
+  p.tma_b = operand_map("gemm W", args.b, args.n, args.k, tile_n(plan.tile));
+  p.out = args.out;
+  p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  p.m = int(args.m);
+  p.n = int(args.n);
+  p.k_blocks = int(plan.k_blocks);
+  p.m_tiles = int(plan.m_tiles);
+  p.n_tiles = int(plan.n_tiles);
+  p.splits = plan.splits;
+  p.group = plan.group;
+  p.epilogue = args.epilogue;
+  if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
+  return l;
+}
+
+void run_gemm_bf16(const GemmLaunch& l, cudaStream_t stream) {
+  if (l.params.m == 0 || l.params.n == 0) return;
+  switch (l.plan.tile) {
+    case TileShape::m128n256: launch_config<GemmConfig128x256>(l, stream); break;
+    case TileShape::m128n128: launch_config<GemmConfig128x128>(l, stream); break;
+    case TileShape::m64n128: launch_config<GemmConfig64x128>(l, stream); break;
+  }
+  if (l.plan.splits > 1) {
+    const int64_t total = int64_t(l.params.m) * l.params.n;
+    const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
+    splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace topt::kernels::gemm

@@ -1,0 +1,67 @@
+// The Hopper GEMM core: y[M,N] = epilogue(x[M,K] · W[N,K]ᵀ), the "TN" GEMM of a linear layer
+// (activations row-major M×K, weights row-major N×K, both K-contiguous), bf16 operands, fp32
+// accumulation, bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
+// a producer warp and one or two consumer warpgroups, a persistent grid over a grouped (swizzled)
+// tile order, and an epilogue of scales, bias, activation and residual add. The planner
+// (gemm_plan.h) picks the tile shape and the K splits; kernels/gemm/NOTES.md says why.
+#pragma once
+#include <cuda.h>  // CUtensorMap (a type only)
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/gemm/gemm_plan.h"
+
+namespace topt::kernels::gemm {
+
+enum class Activation { none, silu };
+
+// What happens to an fp32 accumulator `acc` of element (r, c) on its way out:
+//   y = act(acc · alpha · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]
+// Null pointers are left out. bias and residual are bf16, like the output.
+struct Epilogue {
+  float alpha = 1.f;
+  const float* row_scale = nullptr;  // [M]: per-token activation scales
+  const float* col_scale = nullptr;  // [N]: per-output-channel weight scales
+  const void* bias = nullptr;        // [N]
+  const void* residual = nullptr;    // [M, N]
+  Activation activation = Activation::none;
+};
+
+struct GemmArgs {
+  const void* a = nullptr;  // [M, K] bf16, row-major
+  const void* b = nullptr;  // [N, K] bf16, row-major (a linear layer's weight)
+  void* out = nullptr;      // [M, N] bf16, row-major
+  int64_t m = 0, n = 0, k = 0;
+  Epilogue epilogue;
+};
+
+// What every kernel of the core takes (a __grid_constant__ parameter): the tensor maps are encoded
+// once, at prepare, so that a launch costs no host work beyond the launch itself.
+struct GemmParams {  // 64-byte aligned through CUtensorMap
+  CUtensorMap tma_a, tma_b;
+  void* out;
+  float* partial;  // splits > 1: fp32 [splits, M, N]; the reduce kernel applies the epilogue
+  int m, n, k_blocks;
+  int m_tiles, n_tiles, splits, group;
+  Epilogue epilogue;
+};
+
+struct GemmLaunch {
+  GemmPlan plan;
+  GemmParams params;
+  int grid = 0;
+};
+
+// Why the core cannot run this problem on the current device, or "" if it can.
+std::string gemm_bf16_unsupported(int64_t m, int64_t n, int64_t k);
+// Device memory the plan needs beside the operands: the split-K partials.
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan);
+// Encodes the tensor maps (host work, done once); `workspace` holds gemm_workspace_bytes.
+GemmLaunch prepare_gemm_bf16(const GemmArgs& args, const GemmPlan& plan, void* workspace);
+// Enqueues the GEMM (and, with splits, the reduce kernel) on `stream`; never synchronizes.
+void run_gemm_bf16(const GemmLaunch& launch, cudaStream_t stream);
+
+}  // namespace topt::kernels::gemm

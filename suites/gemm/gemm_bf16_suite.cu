@@ -1,0 +1,214 @@
+// gemm_bf16: y[M, N] = x[M, K] · W[N, K]ᵀ, a linear layer's "TN" GEMM (activations row-major, weights
+// N×K row-major, K contiguous in both), bf16 in, fp32 accumulate, bf16 out.
+// Napkin math: 7B's gate+up at M = 2048 is 2·2048·22016·4096 = 369 GFLOP, ~0.47 ms at 790 TFLOP/s,
+// against 0.2 GB of operands (0.07 ms at 3 TB/s): compute-bound. At M = 1 the same 180 MB of
+// weights take ~58 µs at 3.1 TB/s for 0.18 GFLOP: the weights' read is the time (ReadBound "weights").
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <string>
+
+#include "harness/cublaslt_matmul.h"
+#include "harness/cuda_check.h"
+#include "harness/peaks.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_plan.h"
+#include "suites/gemm/gemm_suites.h"
+
+namespace topt::suites {
+
+namespace {
+
+// In double, independent of every implementation: 16×16 output tiles, K in steps of 16 through shared
+// memory. Exact products, a double sum: its error is far below the fp32 accumulation checked against.
+template <class Out>
+__global__ void gemm_reference_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int64_t m, int64_t n,
+                                      int64_t k) {
+  __shared__ double sx[16][17], sw[16][17];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t r = blockIdx.y * 16 + ty, c = blockIdx.x * 16 + tx, w_row = blockIdx.x * 16 + ty;
+  double acc = 0;
+  for (int64_t k0 = 0; k0 < k; k0 += 16) {
+    sx[ty][tx] = r < m && k0 + tx < k ? double(__bfloat162float(x[r * k + k0 + tx])) : 0.0;
+    sw[ty][tx] = w_row < n && k0 + tx < k ? double(__bfloat162float(w[w_row * k + k0 + tx])) : 0.0;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc += sx[ty][i] * sw[tx][i];
+    __syncthreads();
+  }
+  if (r < m && c < n) y[r * n + c] = Out(acc);
+}
+
+template <class Out>
+void gemm_reference(const Tensor& x, const Tensor& w, Out* y, const GemmShape& s, cudaStream_t stream) {
+  const dim3 grid(unsigned((s.n + 15) / 16), unsigned((s.m + 15) / 16));
+  gemm_reference_kernel<Out><<<grid, dim3(16, 16), 0, stream>>>(x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), y, s.m,
+                                                                s.n, s.k);
+  CUDA_CHECK_LAUNCH();
+}
+
+class GemmBf16Problem : public Problem {
+ public:
+  GemmBf16Problem(const Case& c, uint64_t seed, cudaStream_t stream)
+      : shape(c),
+        x(DType::bf16, {shape.m, shape.k}, "x"),
+        w(DType::bf16, {shape.n, shape.k}, "W"),
+        y(DType::bf16, {shape.m, shape.n}, "y"),
+        sink(16, "read-bound sink") {
+    fill_uniform(*x, seed, -1.f, 1.f, stream);
+    fill_uniform(*w, seed + 1, -1.f, 1.f, stream);
+  }
+
+  std::vector<Tensor> outputs() const override { return {*y}; }
+  // y: its own rounding to bf16 after an fp32 sum of K exact products (bf16·bf16 fits fp32).
+  std::vector<OutputSpec> output_specs() const override { return {{"y", {"row", "col"}, {DType::bf16, 1, 0, shape.k}}}; }
+
+  // Double on the GPU (the naive kernel above), copied to the host: a CPU loop would take seconds
+  // per case at these sizes, and the kernel's sum is as exact.
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
+    OwnedTensor ref(DType::f64, {shape.m, shape.n}, "gemm reference");
+    gemm_reference(*x, *w, ref->as<double>(), shape, stream);
+    return {to_host_f64(*ref, stream)};
+  }
+  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
+    gemm_reference(*x, *w, out[0].as<float>(), shape, stream);
+  }
+
+  // "weights": W's bytes read once at the GPU's read rate, which bounds every implementation where
+  // the weights' read sets the time (small M).
+  std::vector<ReadBound> read_bounds() const override {
+    const void* weights = w->data;
+    void* sink_ptr = sink.get();
+    const size_t bytes = w->bytes();
+    return {{"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink_ptr, s); }}}}};
+  }
+
+  kernels::gemm::GemmArgs args() const {
+    kernels::gemm::GemmArgs a;
+    a.a = x->data;
+    a.b = w->data;
+    a.out = y->data;
+    a.m = shape.m;
+    a.n = shape.n;
+    a.k = shape.k;
+    return a;
+  }
+
+  GemmShape shape;
+  OwnedTensor x, w, y;
+  DeviceBuffer sink;
+};
+
+const GemmBf16Problem& as_gemm(const Problem& p) { return static_cast<const GemmBf16Problem&>(p); }
+
+// cuBLASLt's TN bf16 GEMM, the fastest of its heuristic's first 8 candidates timed hot at prepare.
+class CublasLtGemm : public Instance {
+ public:
+  CublasLtGemm(const GemmBf16Problem& p, LtMatmulSpec spec, cudaStream_t stream)
+      : p_(p), matmul_(spec), workspace_(spec.workspace_bytes, "cuBLASLt workspace") {
+    times_ = matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, p.w->data, p.x->data,
+                                    p.y->data, workspace_.get());
+  }
+  void launch(cudaStream_t s) override { matmul_.run_chosen(p_.w->data, p_.x->data, p_.y->data, workspace_.get(), s); }
+  size_t workspace_bytes() const override { return workspace_.bytes(); }
+  std::vector<std::pair<std::string, double>> metrics() const override {
+    return {{"plan_candidates", matmul_.candidates()},
+            {"plan_algo", matmul_.chosen()},
+            {"plan_algo_hot_us", times_[size_t(matmul_.chosen())]}};
+  }
+
+ private:
+  const GemmBf16Problem& p_;
+  LtMatmul matmul_;
+  DeviceBuffer workspace_;
+  std::vector<double> times_;
+};
+
+// The core: the planner's tile shape and K splits, tensor maps encoded once.
+class OursGemm : public Instance {
+ public:
+  explicit OursGemm(const GemmBf16Problem& p) {
+    const auto args = p.args();
+    const auto plan = kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count());
+    workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan), "gemm split-K partials");
+    launch_ = kernels::gemm::prepare_gemm_bf16(args, plan, workspace_.get());
+  }
+  void launch(cudaStream_t s) override { kernels::gemm::run_gemm_bf16(launch_, s); }
+  size_t workspace_bytes() const override { return workspace_.bytes(); }
+  std::vector<std::pair<std::string, double>> metrics() const override {
+    const auto& plan = launch_.plan;
+    return {{"plan_tile_m", kernels::gemm::tile_m(plan.tile)},
+            {"plan_tile_n", kernels::gemm::tile_n(plan.tile)},
+            {"plan_splits", plan.splits},
+            {"plan_units", double(plan.units())},
+            {"plan_grid", launch_.grid}};
+  }
+
+ private:
+  DeviceBuffer workspace_;
+  kernels::gemm::GemmLaunch launch_;
+};
+
+}  // namespace
+
+GemmShape::GemmShape(const Case& c) : m(c.params.i("m")), n(c.params.i("n")), k(c.params.i("k")) {}
+
+Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes) {
+  Cost cost;
+  cost.flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
+  const double reads = double(s.m * s.k + s.n * s.k) * operand_bytes, writes = double(s.m * s.n) * output_bytes;
+  cost.bytes = reads + writes;
+  cost.reads_only = writes < 0.02 * cost.bytes;
+  return cost;
+}
+
+void register_gemm_bf16(Registry& registry) {
+  OpDef op;
+  op.name = "gemm_bf16";
+  op.summary =
+      "y[M,N] = x[M,K] . W[N,K]^T, a linear layer's TN GEMM (x row-major, W N x K row-major), bf16 in, fp32 "
+      "accumulate, bf16 out";
+  op.reference_note = "double on the GPU (16x16 tiles through shared memory, exact products, double sum)";
+  op.axes = {{"m", Axis::Kind::integer, std::nullopt, "rows of x and y: tokens"},
+             {"n", Axis::Kind::integer, std::nullopt, "rows of W, columns of y: output features"},
+             {"k", Axis::Kind::integer, std::nullopt, "columns of x and W: input features"}};
+  op.dtypes = {DType::bf16};
+  op.baseline = "cublaslt";
+  op.invalid = [](const Case& c) -> std::string {
+    const GemmShape s(c);
+    if (s.m < 1 || s.n < 1 || s.k < 1) return "m, n and k must be >= 1";
+    return "";
+  };
+  op.cost = [](const Case& c) { return gemm_cost(GemmShape(c), 2, 2); };
+  op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
+    return std::make_unique<GemmBf16Problem>(c, seed, s);
+  };
+  op.impls.push_back({"cublaslt", Role::baseline,
+                      "cuBLASLt bf16 TN GEMM, fp32 accumulate; the fastest of its heuristic's first 8 candidates, "
+                      "timed at prepare",
+                      nullptr,
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        const auto& q = as_gemm(p);
+                        LtMatmulSpec spec;
+                        spec.m = q.shape.n;  // column-major D[N, M] = W · xᵀ is row-major y[M, N]
+                        spec.n = q.shape.m;
+                        spec.k = q.shape.k;
+                        spec.trans_a = true;
+                        return std::make_unique<CublasLtGemm>(q, spec, s);
+                      },
+                      "weights"});
+  op.impls.push_back({"ours", Role::ours,
+                      "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped "
+                      "tiles; small M: 64x128 tiles and split-K (gemm_plan)",
+                      [](const Case& c) {
+                        const GemmShape s(c);
+                        return kernels::gemm::gemm_bf16_unsupported(s.m, s.n, s.k);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
+                        return std::make_unique<OursGemm>(as_gemm(p));
+                      },
+                      "weights"});
+  registry.add(std::move(op));
+}
+
+}  // namespace topt::suites
