@@ -13,6 +13,16 @@ LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, spec.compute, spec.scale_type));
     const cublasOperation_t trans = spec.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+    auto set_scale = [&](cublasLtMatmulDescAttributes_t pointer, cublasLtMatmulDescAttributes_t mode_attr,
+                         const float* scale, int mode) {
+      if (!scale) return;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, pointer, &scale, sizeof(scale)));
+      if (mode < 0) return;
+      const auto m = cublasLtMatmulMatrixScale_t(mode);
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, mode_attr, &m, sizeof(m)));
+    };
+    set_scale(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, spec.a_scale, spec.a_scale_mode);
+    set_scale(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, spec.b_scale, spec.b_scale_mode);
     // Column-major, tightly packed: A is m × k (k × m transposed), B k × n, D m × n.
     const int64_t a_rows = spec.trans_a ? spec.k : spec.m, a_cols = spec.trans_a ? spec.m : spec.k;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, spec.a_type, a_rows, a_cols, a_rows));
@@ -53,8 +63,11 @@ void LtMatmul::destroy() {
 
 void LtMatmul::run(int index, const void* a, const void* b, void* d, void* workspace, cudaStream_t stream) const {
   const float alpha = 1, beta = 0;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &candidates_[size_t(index)].algo,
-                              workspace, spec_.workspace_bytes, stream));
+  const int32_t alpha_i = 1, beta_i = 0;
+  const bool integer = spec_.scale_type == CUDA_R_32I;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, op_, integer ? static_cast<const void*>(&alpha_i) : &alpha, a, a_, b, b_,
+                              integer ? static_cast<const void*>(&beta_i) : &beta, d, d_, d, d_,
+                              &candidates_[size_t(index)].algo, workspace, spec_.workspace_bytes, stream));
 }
 
 std::vector<double> LtMatmul::choose_fastest(const LaunchTimer& time_us, const void* a, const void* b, void* d,

@@ -19,7 +19,12 @@ struct LtMatmulSpec {
   bool trans_a = false;
   cudaDataType a_type = CUDA_R_16BF, b_type = CUDA_R_16BF, d_type = CUDA_R_16BF;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  cudaDataType scale_type = CUDA_R_32F;
+  cudaDataType scale_type = CUDA_R_32F;  // alpha's type: CUDA_R_32I for the int8 GEMM
+  // FP8: device scales of A and B (cuBLAS's A and B), scalars unless a mode (cublasLtMatmulMatrixScale_t)
+  // says otherwise.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int a_scale_mode = -1, b_scale_mode = -1;  // -1: not set (a scalar)
   int max_candidates = 8;
   size_t workspace_bytes = size_t(32) << 20;
 };

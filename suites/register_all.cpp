@@ -19,6 +19,8 @@ const Registry& builtin_registry() {
     suites::register_attention_prefill(r);
     suites::register_kv_cache_append(r);
     suites::register_gemm_bf16(r);
+    suites::register_gemm_fp8(r);
+    suites::register_gemm_int8(r);
     return r;
   }();
   return registry;

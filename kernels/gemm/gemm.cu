@@ -20,7 +20,7 @@ namespace topt::kernels::gemm {
 namespace {
 
 template <class C>
-__global__ void __launch_bounds__(C::kThreads, 1) gemm_bf16_kernel(const __grid_constant__ GemmParams p) {
+__global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_constant__ GemmParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
@@ -56,28 +56,49 @@ __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
   }
 }
 
-// A row-major (rows, K) bf16 operand, read in boxes of (box_rows, 64) = box_rows × 128 bytes.
-CUtensorMap operand_map(const char* what, const void* ptr, int64_t rows, int64_t k, int box_rows) {
+// A row-major (rows, K) operand, read in boxes of (box_rows, one 128-byte row of K).
+CUtensorMap operand_map(const char* what, const void* ptr, Operands operands, int64_t rows, int64_t k, int box_rows) {
+  const bool wide = operands == Operands::bf16;
   const uint64_t dims[2] = {uint64_t(k), uint64_t(rows)};
-  const uint64_t strides[1] = {uint64_t(k) * 2};
-  const uint32_t box[2] = {uint32_t(kBlockK), uint32_t(box_rows)};
-  return make_tma_map_16bit(what, ptr, false, 2, dims, strides, box);
+  const uint64_t strides[1] = {uint64_t(k) * (wide ? 2 : 1)};
+  const uint32_t box[2] = {uint32_t(block_k(operands)), uint32_t(box_rows)};
+  return wide ? make_tma_map_16bit(what, ptr, false, 2, dims, strides, box)
+              : make_tma_map_8bit(what, ptr, 2, dims, strides, box);
 }
 
 template <class C>
 void launch_config(const GemmLaunch& l, cudaStream_t stream) {
-  auto kernel = gemm_bf16_kernel<C>;
+  auto kernel = gemm_kernel<C>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   kernel<<<l.grid, C::kThreads, C::kSmemBytes, stream>>>(l.params);
   CUDA_CHECK_LAUNCH();
 }
 
+// The plan's tile shape for operands O; FP8 has no 128x256 instantiation (the planner never asks).
+template <class O>
+void launch_tile(const GemmLaunch& l, cudaStream_t stream) {
+  switch (l.plan.tile) {
+    case TileShape::m128n256:
+      if constexpr (!O::kPromote) return launch_config<GemmConfig128x256<O>>(l, stream);
+      throw std::invalid_argument("gemm: FP8 runs no 128x256 tiles");
+    case TileShape::m128n128: return launch_config<GemmConfig128x128<O>>(l, stream);
+    case TileShape::m64n128: return launch_config<GemmConfig64x128<O>>(l, stream);
+  }
+}
+
 }  // namespace
 
-std::string gemm_bf16_unsupported(int64_t m, int64_t n, int64_t k) {
-  std::string why = sm90::sm90a_unsupported(reinterpret_cast<const void*>(gemm_bf16_kernel<GemmConfig128x256>));
+std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales) {
+  std::string why =
+      sm90::sm90a_unsupported(reinterpret_cast<const void*>(gemm_kernel<GemmConfig64x128<Bf16Operands>>));
   if (!why.empty()) return why;
-  if (k % 8 != 0) return "K = " + std::to_string(k) + " is not a multiple of 8: TMA needs 16-byte row strides";
+  const int align = operands == Operands::bf16 ? 8 : 16;
+  if (k % align != 0)
+    return "K = " + std::to_string(k) + " is not a multiple of " + std::to_string(align) +
+           ": TMA needs 16-byte row strides";
+  if (block_scales && operands != Operands::e4m3) return "block scales are FP8's";
+  if (block_scales && k % 128 != 0)
+    return "K = " + std::to_string(k) + " is not a multiple of the 128-wide block-scale group";
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "M, N and K must fit 32-bit TMA coordinates";
   return "";
 }
@@ -86,15 +107,22 @@ size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan) {
   return plan.splits > 1 ? size_t(plan.splits) * args.m * args.n * sizeof(float) : 0;
 }
 
-GemmLaunch prepare_gemm_bf16(const GemmArgs& args, const GemmPlan& plan, void* workspace) {
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace) {
+  if (plan.operands != args.operands) throw std::invalid_argument("gemm: the plan is for other operands");
+  if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
+  if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
+    throw std::invalid_argument("gemm: block scales for both operands or for neither");
   GemmLaunch l;
   l.plan = plan;
   l.grid = plan.grid(current_device_sm_count());
   GemmParams& p = l.params;
-  p.tma_a = operand_map("gemm A", args.a, args.m, args.k, tile_m(plan.tile));
-  p.tma_b = operand_map("gemm W", args.b, args.n, args.k, tile_n(plan.tile));
+  p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile));
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  p.a_block_scale = args.a_block_scale;
+  p.b_block_scale = args.b_block_scale;
+  p.scale_groups = int(args.k / 128);
   p.m = int(args.m);
   p.n = int(args.n);
   p.k_blocks = int(plan.k_blocks);
@@ -103,16 +131,15 @@ GemmLaunch prepare_gemm_bf16(const GemmArgs& args, const GemmPlan& plan, void* w
   p.splits = plan.splits;
   p.group = plan.group;
   p.epilogue = args.epilogue;
-  if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
   return l;
 }
 
-void run_gemm_bf16(const GemmLaunch& l, cudaStream_t stream) {
+void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
   if (l.params.m == 0 || l.params.n == 0) return;
-  switch (l.plan.tile) {
-    case TileShape::m128n256: launch_config<GemmConfig128x256>(l, stream); break;
-    case TileShape::m128n128: launch_config<GemmConfig128x128>(l, stream); break;
-    case TileShape::m64n128: launch_config<GemmConfig64x128>(l, stream); break;
+  switch (l.plan.operands) {
+    case Operands::bf16: launch_tile<Bf16Operands>(l, stream); break;
+    case Operands::e4m3: launch_tile<E4m3Operands>(l, stream); break;
+    case Operands::s8: launch_tile<S8Operands>(l, stream); break;
   }
   if (l.plan.splits > 1) {
     const int64_t total = int64_t(l.params.m) * l.params.n;

@@ -1,6 +1,7 @@
 // The Hopper GEMM core: y[M,N] = epilogue(x[M,K] · W[N,K]ᵀ), the "TN" GEMM of a linear layer
-// (activations row-major M×K, weights row-major N×K, both K-contiguous), bf16 operands, fp32
-// accumulation, bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
+// (activations row-major M×K, weights row-major N×K, both K-contiguous): bf16 operands with fp32
+// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (per-tensor or block scales),
+// or s8 with s32 accumulation; bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
 // a producer warp and one or two consumer warpgroups, a persistent grid over a grouped (swizzled)
 // tile order, and an epilogue of scales, bias, activation and residual add. The planner
 // (gemm_plan.h) picks the tile shape and the K splits; kernels/gemm/NOTES.md says why.
@@ -19,10 +20,12 @@ namespace topt::kernels::gemm {
 enum class Activation { none, silu };
 
 // What happens to an fp32 accumulator `acc` of element (r, c) on its way out:
-//   y = act(acc · alpha · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]
+//   y = act(acc · alpha · a_scale · b_scale · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]
 // Null pointers are left out. bias and residual are bf16, like the output.
 struct Epilogue {
   float alpha = 1.f;
+  const float* a_scale = nullptr;    // per-tensor scale of x (device scalar: FP8 per-tensor scaling)
+  const float* b_scale = nullptr;    // per-tensor scale of W (device scalar)
   const float* row_scale = nullptr;  // [M]: per-token activation scales
   const float* col_scale = nullptr;  // [N]: per-output-channel weight scales
   const void* bias = nullptr;        // [N]
@@ -31,10 +34,15 @@ struct Epilogue {
 };
 
 struct GemmArgs {
-  const void* a = nullptr;  // [M, K] bf16, row-major
-  const void* b = nullptr;  // [N, K] bf16, row-major (a linear layer's weight)
+  Operands operands = Operands::bf16;
+  const void* a = nullptr;  // [M, K] row-major, of `operands`
+  const void* b = nullptr;  // [N, K] row-major (a linear layer's weight)
   void* out = nullptr;      // [M, N] bf16, row-major
   int64_t m = 0, n = 0, k = 0;
+  // FP8 block scales (DeepSeek-V3), applied at each 128-deep promotion: x's per (token, 128 of K),
+  // [M, K/128] row-major; W's per (128 rows, 128 of K), [ceil(N/128), K/128] row-major. Null: none.
+  const float* a_block_scale = nullptr;
+  const float* b_block_scale = nullptr;
   Epilogue epilogue;
 };
 
@@ -44,6 +52,9 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   CUtensorMap tma_a, tma_b;
   void* out;
   float* partial;  // splits > 1: fp32 [splits, M, N]; the reduce kernel applies the epilogue
+  const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
+  const float* b_block_scale;
+  int scale_groups;
   int m, n, k_blocks;
   int m_tiles, n_tiles, splits, group;
   Epilogue epilogue;
@@ -56,12 +67,13 @@ struct GemmLaunch {
 };
 
 // Why the core cannot run this problem on the current device, or "" if it can.
-std::string gemm_bf16_unsupported(int64_t m, int64_t n, int64_t k);
+std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales = false);
 // Device memory the plan needs beside the operands: the split-K partials.
 size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan);
-// Encodes the tensor maps (host work, done once); `workspace` holds gemm_workspace_bytes.
-GemmLaunch prepare_gemm_bf16(const GemmArgs& args, const GemmPlan& plan, void* workspace);
+// Encodes the tensor maps (host work, done once); `workspace` holds gemm_workspace_bytes. The plan's
+// operands must be the args'.
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace);
 // Enqueues the GEMM (and, with splits, the reduce kernel) on `stream`; never synchronizes.
-void run_gemm_bf16(const GemmLaunch& launch, cudaStream_t stream);
+void run_gemm(const GemmLaunch& launch, cudaStream_t stream);
 
 }  // namespace topt::kernels::gemm

@@ -23,6 +23,8 @@ const char* tile_name(TileShape t) {
   return "?";
 }
 
+int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
+
 int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms)); }
 
 std::string GemmPlan::describe() const {
@@ -35,16 +37,17 @@ double wave_efficiency(int64_t units, int sms) {
   return waves == 0 ? 1.0 : double(units) / double(waves * sms);
 }
 
-GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms) {
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands) {
   GemmPlan plan;
-  plan.k_blocks = ceil_div(k, kBlockK);
+  plan.operands = operands;
+  plan.k_blocks = ceil_div(k, block_k(operands));
   auto set_tile = [&](TileShape t) {
     plan.tile = t;
     plan.m_tiles = ceil_div(m, tile_m(t));
     plan.n_tiles = ceil_div(n, tile_n(t));
   };
   if (m > kSmallM) {
-    set_tile(TileShape::m128n256);
+    set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
     return plan;
   }

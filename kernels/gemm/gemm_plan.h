@@ -13,11 +13,15 @@ namespace topt::kernels::gemm {
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
 enum class TileShape { m128n256, m128n128, m64n128 };
+// What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
+// of K per row). FP8 accumulates each 128-deep K block apart and promotes it into fp32 registers
+// (twice the accumulators), so its widest tile is 128×128.
+enum class Operands { bf16, e4m3, s8 };
+int block_k(Operands o);  // K per pipeline stage: one 128-byte swizzled row
 int tile_m(TileShape t);
 int tile_n(TileShape t);
 const char* tile_name(TileShape t);
 
-constexpr int kBlockK = 64;             // K per pipeline stage: one 128-byte swizzled row of bf16
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
 constexpr int kMinSplitKBlocks = 4;     // the fewest K blocks (256 of K) a split streams
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
@@ -25,21 +29,22 @@ constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave th
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 
 struct GemmPlan {
+  Operands operands = Operands::bf16;
   TileShape tile = TileShape::m128n256;
   int splits = 1;          // K slices per tile; > 1: fp32 partials in the workspace, then a reduce kernel
   int group = kRasterGroup;
   int64_t m_tiles = 0, n_tiles = 0, k_blocks = 0;
   int64_t units() const { return m_tiles * n_tiles * splits; }  // work items of the persistent grid
   int grid(int sms) const;                                     // CTAs launched: one per SM at most
-  std::string describe() const;                                // "128x256 tiles, 1 split, 448 units"
+  std::string describe() const;                                // "128x256 tiles, 1 split, 448 units, ..."
 };
 
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
 // M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
-// Larger M: 128×256 tiles when they make at least one wave of `sms`, else 128×128; no splits.
-GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms);
+// Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16);
 
 // Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).
 double wave_efficiency(int64_t units, int sms);

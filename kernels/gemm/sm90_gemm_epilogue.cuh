@@ -14,6 +14,8 @@ namespace topt::kernels::gemm {
 
 __device__ __forceinline__ float epilogue_value(const Epilogue& e, int64_t r, int64_t c, int64_t n, float acc) {
   float v = acc * e.alpha;
+  if (e.a_scale) v *= *e.a_scale;
+  if (e.b_scale) v *= *e.b_scale;
   if (e.row_scale) v *= e.row_scale[r];
   if (e.col_scale) v *= e.col_scale[c];
   if (e.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(e.bias)[c]);
@@ -47,12 +49,12 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, int split, int64
   }
 }
 
-// A consumer warpgroup's (64, kBlockN) accumulators of the m64nNk16 layout: accumulator 4j + 2h + e
+// A consumer warpgroup's (64, kBlockN) accumulators (fp32, or s32 converted here) of the wgmma layout: accumulator 4j + 2h + e
 // is row 16·warp + lane/4 + 8h, column 8j + 2·(lane%4) + e of the warpgroup's rows. Rows and columns
 // past the matrix (the tile's tail: TMA read them as zeros) are not written.
-template <int kBlockN>
+template <int kBlockN, class Acc>
 __device__ __forceinline__ void store_accumulators(const GemmParams& p, const GemmUnit& unit, int row0,
-                                                   const float (&acc)[kBlockN / 2]) {
+                                                   const Acc (&acc)[kBlockN / 2]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int64_t r_base = int64_t(row0) + 16 * warp + lane / 4;
   const int64_t c_base = int64_t(unit.n_block) * kBlockN + 2 * (lane % 4);
@@ -62,7 +64,8 @@ __device__ __forceinline__ void store_accumulators(const GemmParams& p, const Ge
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t r = r_base + 8 * h;
-      if (r < p.m && c < p.n) store_pair(p, unit.split, r, c, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      if (r < p.m && c < p.n)
+        store_pair(p, unit.split, r, c, float(acc[4 * j + 2 * h]), float(acc[4 * j + 2 * h + 1]));
     }
   }
 }

@@ -2,18 +2,20 @@
 //
 // Both walk the same units (gemm_schedule.h): CTA b takes units b, b + gridDim.x, ... (a persistent
 // grid of at most one CTA per SM; every unit costs the same, so a static order balances).
-// The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, 64) and
-// B (kBlockN, 64) per stage, guarded by a full barrier (TMA bytes landed) and an empty one (every
-// consumer warp done reading). It runs ahead into the next unit while the consumers store this one.
-// Each consumer warpgroup owns 64 rows of the tile: per stage, 4 wgmma m64nNk16 from shared memory,
-// one group kept in flight, so a stage is released when the next stage's group is issued.
+// The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, kBlockK)
+// and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
+// (every consumer warp done reading). It runs ahead into the next unit while the consumers store
+// this one. Each consumer warpgroup owns 64 rows of the tile: per stage, 4 wgmma (K steps of 32
+// bytes) from shared memory. bf16 and s8 keep one group in flight, so a stage is released when the
+// next stage's group is issued; FP8 waits for each stage's group and promotes its products into the
+// fp32 accumulators (times the stage's block scales), the other consumer's MMAs running meanwhile.
 #pragma once
 #include <cstdint>
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_schedule.h"
+#include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_epilogue.cuh"
-#include "kernels/gemm/sm90_gemm_wgmma.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels::gemm {
@@ -63,49 +65,88 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
     for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
       mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
       mbar_arrive_expect_tx(bars.full(pos.stage), C::kStageBytes);
-      tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), kb * kBlockK,
+      const int k0 = kb * C::Operand::kBlockK;
+      tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), k0,
                   unit.m_block * C::kBlockM);
-      tma_load_2d(smem + C::kOffB + pos.stage * C::kBBytes, &p.tma_b, bars.full(pos.stage), kb * kBlockK,
+      tma_load_2d(smem + C::kOffB + pos.stage * C::kBBytes, &p.tma_b, bars.full(pos.stage), k0,
                   unit.n_block * C::kBlockN);
       pos.advance();
     }
   }
 }
 
+// One stage's 4 wgmma (K steps of 32 bytes inside the swizzled rows) into `d`, as one group; the
+// first overwrites d where `overwrite`.
+template <class C, class Acc>
+__device__ __forceinline__ void issue_stage(Acc (&d)[C::kBlockN / 2], uint64_t a_desc, uint64_t b_desc, bool overwrite) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    wgmma_gemm<C::kBlockN, typename C::Operand::Mma, Acc>(d, desc_advance(a_desc, kk * 32),
+                                                          desc_advance(b_desc, kk * 32), !(overwrite && kk == 0));
+  wgmma_commit();
+}
+
+// The block scales of stage `kb` for this thread's two rows (r, r + 8): x's per row times W's for
+// the tile's 128 columns (BLOCK_N is 128 under promotion); 1 without block scales.
+__device__ __forceinline__ float2 stage_scales(const GemmParams& p, int64_t r, int n_block, int kb) {
+  if (!p.a_block_scale) return make_float2(1.f, 1.f);
+  const float b = p.b_block_scale[int64_t(n_block) * p.scale_groups + kb];
+  const float a0 = r < p.m ? p.a_block_scale[r * p.scale_groups + kb] : 0.f;
+  const float a1 = r + 8 < p.m ? p.a_block_scale[(r + 8) * p.scale_groups + kb] : 0.f;
+  return make_float2(a0 * b, a1 * b);
+}
+
 // Consumer warpgroup `cw` (rows 64·cw .. 64·cw + 63 of each tile).
 template <class C>
 __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
+  using Acc = typename C::Operand::Acc;
+  constexpr int kAcc = C::kBlockN / 2;
   const GemmBars<C> bars{smem + C::kOffBar};
   const int units = p.m_tiles * p.n_tiles * p.splits;
-  const int lane = threadIdx.x % 32;
-  // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart; a k16 step is 32 bytes on.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart.
   const uint64_t a_desc0 = sw128_desc(smem + C::kOffA + cw * 64 * 128, 0, 1024);
   const uint64_t b_desc0 = sw128_desc(smem + C::kOffB, 0, 1024);
-  float acc[C::kBlockN / 2];  // (64, kBlockN) of the tile, m64nNk16 layout
+  Acc acc[kAcc];  // (64, kBlockN) of the tile, wgmma's accumulator layout
 #pragma unroll
-  for (int i = 0; i < C::kBlockN / 2; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
   StagePos<C::kStages> pos;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const GemmUnit unit = unit_of(p, u);
-    int in_flight = -1;  // the stage whose wgmma group may still be reading it
-    for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
-      mbar_wait(bars.full(pos.stage), pos.phase);
-      wgmma_fence();
+    const int row0 = unit.m_block * C::kBlockM + cw * 64;
+    if constexpr (C::Operand::kPromote) {
+      const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
+      float part[kAcc];  // this stage's products, promoted into acc
+      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+        mbar_wait(bars.full(pos.stage), pos.phase);
+        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes), desc_advance(b_desc0, pos.stage * C::kBBytes),
+                       true);
+        wgmma_wait<0>();
+        fence_regs(part);
+        if (lane == 0) mbar_arrive(bars.empty(pos.stage));
+        pos.advance();
+        const float2 s = stage_scales(p, r, unit.n_block, kb);
+        const bool first = kb == unit.k_begin;
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk)
-        wgmma_gemm<C::kBlockN, GemmBf16, float>(acc, desc_advance(a_desc0, pos.stage * C::kABytes + kk * 32),
-                                                desc_advance(b_desc0, pos.stage * C::kBBytes + kk * 32),
-                                                kb > unit.k_begin || kk > 0);
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous stage's group is done: release it
-      if (in_flight >= 0 && lane == 0) mbar_arrive(bars.empty(in_flight));
-      in_flight = pos.stage;
-      pos.advance();
+        for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
+      }
+    } else {
+      int in_flight = -1;  // the stage whose wgmma group may still be reading it
+      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+        mbar_wait(bars.full(pos.stage), pos.phase);
+        issue_stage<C>(acc, desc_advance(a_desc0, pos.stage * C::kABytes), desc_advance(b_desc0, pos.stage * C::kBBytes),
+                       kb == unit.k_begin);
+        wgmma_wait<1>();  // the previous stage's group is done: release it
+        if (in_flight >= 0 && lane == 0) mbar_arrive(bars.empty(in_flight));
+        in_flight = pos.stage;
+        pos.advance();
+      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      if (lane == 0) mbar_arrive(bars.empty(in_flight));
     }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (lane == 0) mbar_arrive(bars.empty(in_flight));
-    store_accumulators<C::kBlockN>(p, unit, unit.m_block * C::kBlockM + cw * 64, acc);
+    store_accumulators<C::kBlockN>(p, unit, row0, acc);
   }
 }
 

@@ -7,45 +7,19 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "harness/cublaslt_matmul.h"
 #include "harness/cuda_check.h"
 #include "harness/peaks.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_plan.h"
+#include "suites/gemm/gemm_reference.cuh"
 #include "suites/gemm/gemm_suites.h"
 
 namespace topt::suites {
 
 namespace {
-
-// In double, independent of every implementation: 16×16 output tiles, K in steps of 16 through shared
-// memory. Exact products, a double sum: its error is far below the fp32 accumulation checked against.
-template <class Out>
-__global__ void gemm_reference_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int64_t m, int64_t n,
-                                      int64_t k) {
-  __shared__ double sx[16][17], sw[16][17];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t r = blockIdx.y * 16 + ty, c = blockIdx.x * 16 + tx, w_row = blockIdx.x * 16 + ty;
-  double acc = 0;
-  for (int64_t k0 = 0; k0 < k; k0 += 16) {
-    sx[ty][tx] = r < m && k0 + tx < k ? double(__bfloat162float(x[r * k + k0 + tx])) : 0.0;
-    sw[ty][tx] = w_row < n && k0 + tx < k ? double(__bfloat162float(w[w_row * k + k0 + tx])) : 0.0;
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 16; ++i) acc += sx[ty][i] * sw[tx][i];
-    __syncthreads();
-  }
-  if (r < m && c < n) y[r * n + c] = Out(acc);
-}
-
-template <class Out>
-void gemm_reference(const Tensor& x, const Tensor& w, Out* y, const GemmShape& s, cudaStream_t stream) {
-  const dim3 grid(unsigned((s.n + 15) / 16), unsigned((s.m + 15) / 16));
-  gemm_reference_kernel<Out><<<grid, dim3(16, 16), 0, stream>>>(x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(), y, s.m,
-                                                                s.n, s.k);
-  CUDA_CHECK_LAUNCH();
-}
 
 class GemmBf16Problem : public Problem {
  public:
@@ -63,16 +37,18 @@ class GemmBf16Problem : public Problem {
   // y: its own rounding to bf16 after an fp32 sum of K exact products (bf16·bf16 fits fp32).
   std::vector<OutputSpec> output_specs() const override { return {{"y", {"row", "col"}, {DType::bf16, 1, 0, shape.k}}}; }
 
-  // Double on the GPU (the naive kernel above), copied to the host: a CPU loop would take seconds
+  // Double on the GPU (gemm_reference.cuh), copied to the host: a CPU loop would take seconds
   // per case at these sizes, and the kernel's sum is as exact.
   std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
     OwnedTensor ref(DType::f64, {shape.m, shape.n}, "gemm reference");
-    gemm_reference(*x, *w, ref->as<double>(), shape, stream);
+    gemm_reference(x_loader(), w_loader(), ref->as<double>(), shape.m, shape.n, shape.k, stream);
     return {to_host_f64(*ref, stream)};
   }
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    gemm_reference(*x, *w, out[0].as<float>(), shape, stream);
+    gemm_reference(x_loader(), w_loader(), out[0].as<float>(), shape.m, shape.n, shape.k, stream);
   }
+  Bf16Loader x_loader() const { return {x->as<__nv_bfloat16>(), shape.k}; }
+  Bf16Loader w_loader() const { return {w->as<__nv_bfloat16>(), shape.k}; }
 
   // "weights": W's bytes read once at the GPU's read rate, which bounds every implementation where
   // the weights' read sets the time (small M).
@@ -101,57 +77,82 @@ class GemmBf16Problem : public Problem {
 
 const GemmBf16Problem& as_gemm(const Problem& p) { return static_cast<const GemmBf16Problem&>(p); }
 
-// cuBLASLt's TN bf16 GEMM, the fastest of its heuristic's first 8 candidates timed hot at prepare.
-class CublasLtGemm : public Instance {
- public:
-  CublasLtGemm(const GemmBf16Problem& p, LtMatmulSpec spec, cudaStream_t stream)
-      : p_(p), matmul_(spec), workspace_(spec.workspace_bytes, "cuBLASLt workspace") {
-    times_ = matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, p.w->data, p.x->data,
-                                    p.y->data, workspace_.get());
-  }
-  void launch(cudaStream_t s) override { matmul_.run_chosen(p_.w->data, p_.x->data, p_.y->data, workspace_.get(), s); }
-  size_t workspace_bytes() const override { return workspace_.bytes(); }
-  std::vector<std::pair<std::string, double>> metrics() const override {
-    return {{"plan_candidates", matmul_.candidates()},
-            {"plan_algo", matmul_.chosen()},
-            {"plan_algo_hot_us", times_[size_t(matmul_.chosen())]}};
-  }
+}  // namespace
 
- private:
-  const GemmBf16Problem& p_;
-  LtMatmul matmul_;
-  DeviceBuffer workspace_;
-  std::vector<double> times_;
-};
+GemmShape::GemmShape(const Case& c) : m(c.params.i("m")), n(c.params.i("n")), k(c.params.i("k")) {}
 
-// The core: the planner's tile shape and K splits, tensor maps encoded once.
-class OursGemm : public Instance {
+namespace {
+
+class CoreGemm : public Instance {
  public:
-  explicit OursGemm(const GemmBf16Problem& p) {
-    const auto args = p.args();
-    const auto plan = kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count());
+  CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra) : extra_(std::move(extra)) {
+    const auto plan = kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands);
     workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan), "gemm split-K partials");
-    launch_ = kernels::gemm::prepare_gemm_bf16(args, plan, workspace_.get());
+    launch_ = kernels::gemm::prepare_gemm(args, plan, workspace_.get());
   }
-  void launch(cudaStream_t s) override { kernels::gemm::run_gemm_bf16(launch_, s); }
+  void launch(cudaStream_t s) override { kernels::gemm::run_gemm(launch_, s); }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
-  std::vector<std::pair<std::string, double>> metrics() const override {
+  Metrics metrics() const override {
     const auto& plan = launch_.plan;
-    return {{"plan_tile_m", kernels::gemm::tile_m(plan.tile)},
-            {"plan_tile_n", kernels::gemm::tile_n(plan.tile)},
-            {"plan_splits", plan.splits},
-            {"plan_units", double(plan.units())},
-            {"plan_grid", launch_.grid}};
+    Metrics m = extra_;
+    m.insert(m.end(), {{"plan_tile_m", kernels::gemm::tile_m(plan.tile)},
+                       {"plan_tile_n", kernels::gemm::tile_n(plan.tile)},
+                       {"plan_splits", plan.splits},
+                       {"plan_units", double(plan.units())},
+                       {"plan_grid", launch_.grid}});
+    return m;
   }
 
  private:
+  Metrics extra_;
   DeviceBuffer workspace_;
   kernels::gemm::GemmLaunch launch_;
 };
 
+class CublasLtGemm : public Instance {
+ public:
+  CublasLtGemm(const LtMatmulSpec& spec, const void* a, const void* b, void* d, cudaStream_t stream, Metrics extra,
+               std::function<void(cudaStream_t)> after, size_t after_bytes)
+      : a_(a), b_(b), d_(d), matmul_(spec), workspace_(spec.workspace_bytes, "cuBLASLt workspace"),
+        extra_(std::move(extra)), after_(std::move(after)), after_bytes_(after_bytes) {
+    times_ = matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, a, b, d,
+                                    workspace_.get());
+  }
+  void launch(cudaStream_t s) override {
+    matmul_.run_chosen(a_, b_, d_, workspace_.get(), s);
+    if (after_) after_(s);
+  }
+  size_t workspace_bytes() const override { return workspace_.bytes() + after_bytes_; }
+  Metrics metrics() const override {
+    Metrics m = extra_;
+    m.insert(m.end(), {{"plan_candidates", matmul_.candidates()},
+                       {"plan_algo", matmul_.chosen()},
+                       {"plan_algo_hot_us", times_[size_t(matmul_.chosen())]}});
+    return m;
+  }
+
+ private:
+  const void *a_, *b_;
+  void* d_;
+  LtMatmul matmul_;
+  DeviceBuffer workspace_;
+  Metrics extra_;
+  std::function<void(cudaStream_t)> after_;
+  size_t after_bytes_;
+  std::vector<double> times_;
+};
+
 }  // namespace
 
-GemmShape::GemmShape(const Case& c) : m(c.params.i("m")), n(c.params.i("n")), k(c.params.i("k")) {}
+std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra) {
+  return std::make_unique<CoreGemm>(args, std::move(extra));
+}
+
+std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
+                                                 cudaStream_t stream, Metrics extra,
+                                                 std::function<void(cudaStream_t)> after, size_t after_bytes) {
+  return std::make_unique<CublasLtGemm>(spec, a, b, d, stream, std::move(extra), std::move(after), after_bytes);
+}
 
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes) {
   Cost cost;
@@ -194,7 +195,7 @@ void register_gemm_bf16(Registry& registry) {
                         spec.n = q.shape.m;
                         spec.k = q.shape.k;
                         spec.trans_a = true;
-                        return std::make_unique<CublasLtGemm>(q, spec, s);
+                        return cublaslt_gemm_instance(spec, q.w->data, q.x->data, q.y->data, s);
                       },
                       "weights"});
   op.impls.push_back({"ours", Role::ours,
@@ -202,10 +203,10 @@ void register_gemm_bf16(Registry& registry) {
                       "tiles; small M: 64x128 tiles and split-K (gemm_plan)",
                       [](const Case& c) {
                         const GemmShape s(c);
-                        return kernels::gemm::gemm_bf16_unsupported(s.m, s.n, s.k);
+                        return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);
                       },
                       [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        return std::make_unique<OursGemm>(as_gemm(p));
+                        return core_gemm_instance(as_gemm(p).args());
                       },
                       "weights"});
   registry.add(std::move(op));

@@ -1,13 +1,24 @@
 // GEMM ops (issue 21): registration, and the shape and cost model the ops share, which the unit
 // tests check.
 #pragma once
-#include <cstdint>
+#include <cuda_runtime.h>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/cublaslt_matmul.h"
 #include "harness/registry.h"
+#include "kernels/gemm/gemm.h"
 
 namespace topt::suites {
 
 void register_gemm_bf16(Registry& registry);
+void register_gemm_fp8(Registry& registry);
+void register_gemm_int8(Registry& registry);
 
 // A case's y[M, N] = x[M, K] · W[N, K]ᵀ.
 struct GemmShape {
@@ -19,5 +30,20 @@ struct GemmShape {
 // `output_bytes` per output element. reads_only where y is under 2% of the bytes (small M: the
 // weights' read is the traffic).
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes);
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// The core on `args`, planned for this device (gemm_plan), its workspace allocated and its tensor
+// maps encoded. Metrics: `extra`, then the plan (plan_tile_m, plan_tile_n, plan_splits, plan_units,
+// plan_grid).
+std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra = {});
+
+// cuBLASLt's `spec` on (a, b) into d, the fastest of its heuristic's candidates timed hot at prepare
+// (outside the timing); `after`, if any, runs after each matmul (INT8's dequantize pass) and holds
+// `after_bytes` of its own. Metrics: `extra`, then plan_candidates, plan_algo (the winner's index)
+// and plan_algo_hot_us.
+std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
+                                                 cudaStream_t stream, Metrics extra = {},
+                                                 std::function<void(cudaStream_t)> after = {}, size_t after_bytes = 0);
 
 }  // namespace topt::suites

@@ -70,6 +70,20 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_NE(big.describe().find("128x256"), std::string::npos);
 }
 
+TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
+  using kernels::gemm::Operands;
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::bf16).k_blocks, 128);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).k_blocks, 64);
+  // FP8 promotes each stage into a second set of accumulators: 64x128 per consumer at most.
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
+  // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3);
+  EXPECT_EQ(p.k_blocks, 32);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.operands, Operands::e4m3);
+}
+
 TEST(GemmSchedule, EveryTileAndSplitIsOneUnitAndSplitsCoverK) {
   for (int m_tiles : {1, 3, 8, 13})
     for (int n_tiles : {1, 5, 16})
