@@ -166,24 +166,28 @@ std::set<std::pair<int64_t, int64_t>> llama_layer_shapes() {
   return shapes;
 }
 
-TEST(GemmConfigs, TheSweepIsTheLlamaLayersAtEveryTokenCount) {
+TEST(GemmConfigs, EveryOpSweepsTheLlamaLayersAtEveryTokenCount) {
   const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm.yaml", builtin_registry());
   const auto cases = expand_sweep(cfg, builtin_registry());
-  std::set<std::pair<int64_t, int64_t>> layers;
-  std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> tokens;
+  // (op and scaling) -> (n, k) -> the token counts it runs at
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>> swept;
   for (const PlannedCase& pc : cases) {
     const suites::GemmShape s(pc.c);
-    layers.insert({s.n, s.k});
-    tokens[{s.n, s.k}].insert(s.m);
+    const std::string variant = pc.c.op + (pc.c.params.has("scaling") ? "/" + pc.c.params.s("scaling") : "");
+    swept[variant][{s.n, s.k}].insert(s.m);
   }
-  EXPECT_EQ(layers, llama_layer_shapes());
-  for (auto& [layer, ms] : tokens)
-    EXPECT_EQ(ms, (std::set<int64_t>{1, 16, 64, 128, 512, 2048, 8192})) << layer.first << "x" << layer.second;
-  // 70B's O at M = 8192 is the square 8192³.
-  EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [](const PlannedCase& pc) {
-    const suites::GemmShape s(pc.c);
-    return s.m == 8192 && s.n == 8192 && s.k == 8192;
-  }));
+  EXPECT_EQ(swept.size(), 4u);  // bf16, fp8/tensor, fp8/block, int8
+  for (auto& [variant, layers] : swept) {
+    std::set<std::pair<int64_t, int64_t>> shapes;
+    for (auto& [layer, ms] : layers) {
+      shapes.insert(layer);
+      EXPECT_EQ(ms, (std::set<int64_t>{1, 16, 64, 128, 512, 2048, 8192}))
+          << variant << " " << layer.first << "x" << layer.second;
+    }
+    EXPECT_EQ(shapes, llama_layer_shapes()) << variant;
+    // 70B's O at M = 8192 is the square 8192³.
+    EXPECT_TRUE(layers.count({8192, 8192}) && layers.at({8192, 8192}).count(8192)) << variant;
+  }
 }
 
 TEST(GemmConfigs, QuickSweepParses) {
