@@ -112,17 +112,21 @@ class CoreGemm : public Instance {
 class CublasLtGemm : public Instance {
  public:
   CublasLtGemm(const LtMatmulSpec& spec, const void* a, const void* b, void* d, cudaStream_t stream, Metrics extra,
-               std::function<void(cudaStream_t)> after, size_t after_bytes)
+               LtExtras extras)
       : a_(a), b_(b), d_(d), matmul_(spec), workspace_(spec.workspace_bytes, "cuBLASLt workspace"),
-        extra_(std::move(extra)), after_(std::move(after)), after_bytes_(after_bytes) {
+        extra_(std::move(extra)), extras_(std::move(extras)) {
     times_ = matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, a, b, d,
                                     workspace_.get());
   }
   void launch(cudaStream_t s) override {
     matmul_.run_chosen(a_, b_, d_, workspace_.get(), s);
-    if (after_) after_(s);
+    if (extras_.after) extras_.after(s);
   }
-  size_t workspace_bytes() const override { return workspace_.bytes() + after_bytes_; }
+  size_t workspace_bytes() const override {
+    size_t bytes = workspace_.bytes();
+    for (auto& b : extras_.buffers) bytes += b->bytes();
+    return bytes;
+  }
   Metrics metrics() const override {
     Metrics m = extra_;
     m.insert(m.end(), {{"plan_candidates", matmul_.candidates()},
@@ -137,8 +141,7 @@ class CublasLtGemm : public Instance {
   LtMatmul matmul_;
   DeviceBuffer workspace_;
   Metrics extra_;
-  std::function<void(cudaStream_t)> after_;
-  size_t after_bytes_;
+  LtExtras extras_;
   std::vector<double> times_;
 };
 
@@ -149,9 +152,8 @@ std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args
 }
 
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
-                                                 cudaStream_t stream, Metrics extra,
-                                                 std::function<void(cudaStream_t)> after, size_t after_bytes) {
-  return std::make_unique<CublasLtGemm>(spec, a, b, d, stream, std::move(extra), std::move(after), after_bytes);
+                                                 cudaStream_t stream, Metrics extra, LtExtras extras) {
+  return std::make_unique<CublasLtGemm>(spec, a, b, d, stream, std::move(extra), std::move(extras));
 }
 
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes) {

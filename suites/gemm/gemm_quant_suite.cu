@@ -14,6 +14,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/cublaslt_matmul.h"
 #include "harness/cuda_check.h"
@@ -63,11 +64,13 @@ class QuantGemmProblem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*y}; }
   // y: its own rounding to bf16 after an fp32 sum over K. INT8: exact s32 sums, then the conversion
-  // and two scale products in fp32 (3 fp32 roundings). FP8: products exact in fp32, but the tensor
+  // and two scale products in fp32 (3 fp32 roundings), and where K is split, each split's partial
+  // converted and summed in fp32 (up to kMaxSplits more). FP8: products exact in fp32, but the tensor
   // cores accumulate a 128-deep block with fewer bits than fp32 (DeepSeek-V3: ~14) before it is
   // promoted: counted as one bf16-sized rounding of the sum's terms.
   std::vector<OutputSpec> output_specs() const override {
-    if (scheme == Scheme::int8_rows) return {{"y", {"row", "col"}, {DType::bf16, 1, 0, 3}}};
+    if (scheme == Scheme::int8_rows)
+      return {{"y", {"row", "col"}, {DType::bf16, 1, 0, 3 + kernels::gemm::kMaxSplits}}};
     return {{"y", {"row", "col"}, {DType::bf16, 1, 1, shape.k}}};
   }
 
@@ -189,9 +192,36 @@ __global__ void dequant_int8_kernel(const int32_t* acc, const float* x_scale, co
     y[i] = __float2bfloat16_rn(float(acc[i]) * x_scale[i / n] * w_scale[i % n]);
 }
 
-// cuBLASLt on the codes: FP8 with the same per-tensor scales (bf16 out), or INT8 into s32 followed by
-// the dequantize kernel. cuBLAS's column-major D[N, M] = W · xᵀ is row-major y[M, N]: its A is W
-// (with W's scale), its B is x.
+// The block scales laid out as cuBLASLt reads them (cuBLAS docs, "scaling factors layouts"; PyTorch
+// #166752): its A is W, 128×128 blocks, K groups contiguous per 128-row block and padded to a multiple
+// of 4; its B is x, 1×128 blocks, tokens contiguous per K group. Built once at prepare, outside the
+// timing: a layout the quantize step would write for cuBLASLt.
+struct CublasBlockScales {
+  std::shared_ptr<DeviceBuffer> w, x;
+};
+CublasBlockScales cublas_block_scales(const QuantGemmProblem& p, cudaStream_t stream) {
+  const int64_t groups = p.shape.k / kernels::gemm::kScaleGroup, groups4 = (groups + 3) / 4 * 4;
+  const int64_t n_blocks = (p.shape.n + 127) / 128, m = p.shape.m;
+  std::vector<float> x_host(size_t(m * groups)), w_host(size_t(n_blocks * groups));
+  CUDA_CHECK(cudaMemcpyAsync(x_host.data(), p.x_scales.get(), x_host.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(w_host.data(), p.w_scales.get(), w_host.size() * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> x_t(size_t(m * groups)), w_pad(size_t(n_blocks * groups4), 1.f);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t g = 0; g < groups; ++g) x_t[size_t(g * m + r)] = x_host[size_t(r * groups + g)];
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int64_t g = 0; g < groups; ++g) w_pad[size_t(b * groups4 + g)] = w_host[size_t(b * groups + g)];
+  CublasBlockScales s{std::make_shared<DeviceBuffer>(w_pad.size() * 4, "cuBLASLt W block scales"),
+                      std::make_shared<DeviceBuffer>(x_t.size() * 4, "cuBLASLt x block scales")};
+  CUDA_CHECK(cudaMemcpyAsync(s.w->get(), w_pad.data(), w_pad.size() * 4, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(s.x->get(), x_t.data(), x_t.size() * 4, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return s;
+}
+
+// cuBLASLt on the codes: FP8 with the same scales (per tensor, or the block scales in its layout),
+// bf16 out; or INT8 into s32 followed by the dequantize kernel. cuBLAS's column-major D[N, M] = W · xᵀ
+// is row-major y[M, N]: its A is W (with W's scales), its B is x.
 std::unique_ptr<Instance> cublaslt_quant_gemm(const QuantGemmProblem& p, cudaStream_t stream) {
   LtMatmulSpec spec;
   spec.m = p.shape.n;
@@ -199,12 +229,22 @@ std::unique_ptr<Instance> cublaslt_quant_gemm(const QuantGemmProblem& p, cudaStr
   spec.k = p.shape.k;
   spec.trans_a = true;
   const Metrics extra{{"quant_rel_error", p.quant_rel_error}};
-  if (p.scheme != Scheme::int8_rows) {
+  if (p.scheme == Scheme::fp8_tensor || p.scheme == Scheme::fp8_block) {
     spec.a_type = spec.b_type = CUDA_R_8F_E4M3;
     spec.d_type = CUDA_R_16BF;
-    spec.a_scale = p.w_scales.as<float>();
-    spec.b_scale = p.x_scales.as<float>();
-    return cublaslt_gemm_instance(spec, p.wq.get(), p.xq.get(), p.y->data, stream, extra);
+    LtExtras extras;
+    if (p.scheme == Scheme::fp8_tensor) {
+      spec.a_scale = p.w_scales.as<float>();
+      spec.b_scale = p.x_scales.as<float>();
+    } else {
+      const CublasBlockScales scales = cublas_block_scales(p, stream);
+      spec.a_scale = scales.w->as<float>();
+      spec.b_scale = scales.x->as<float>();
+      spec.a_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      spec.b_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      extras.buffers = {scales.w, scales.x};
+    }
+    return cublaslt_gemm_instance(spec, p.wq.get(), p.xq.get(), p.y->data, stream, extra, std::move(extras));
   }
   spec.a_type = spec.b_type = CUDA_R_8I;
   spec.d_type = CUDA_R_32I;
@@ -213,12 +253,14 @@ std::unique_ptr<Instance> cublaslt_quant_gemm(const QuantGemmProblem& p, cudaStr
   const int64_t m = p.shape.m, n = p.shape.n;
   auto acc = std::make_shared<DeviceBuffer>(size_t(m * n) * sizeof(int32_t), "int8 GEMM s32 output");
   const int blocks = int(std::min<int64_t>((m * n + 255) / 256, int64_t(current_device_sm_count()) * 8));
-  auto dequant = [acc, &p, m, n, blocks](cudaStream_t s) {
+  LtExtras extras;
+  extras.after = [acc, &p, m, n, blocks](cudaStream_t s) {
     dequant_int8_kernel<<<blocks, 256, 0, s>>>(acc->as<int32_t>(), p.x_scales.as<float>(), p.w_scales.as<float>(),
                                                p.y->as<__nv_bfloat16>(), m, n);
     CUDA_CHECK_LAUNCH();
   };
-  return cublaslt_gemm_instance(spec, p.wq.get(), p.xq.get(), acc->get(), stream, extra, dequant, acc->bytes());
+  extras.buffers = {acc};
+  return cublaslt_gemm_instance(spec, p.wq.get(), p.xq.get(), acc->get(), stream, extra, std::move(extras));
 }
 
 OpDef quant_gemm_op(const char* name, const char* summary, Operands operands) {
@@ -281,13 +323,9 @@ void register_gemm_fp8(Registry& registry) {
       "the sm90 core on E4M3 (wgmma k32), each 128-deep stage promoted into fp32 registers times its block scales; "
       "64x128 split-K at small M, else 128x128";
   op.impls.insert(op.impls.begin(),
-                  cublaslt_impl("cuBLASLt FP8 TN GEMM with the same per-tensor scales, bf16 out; fastest of 8",
-                                [](const Case& c) -> std::string {
-                                  if (scheme_of(c) == Scheme::fp8_block)
-                                    return "the block-scaled cuBLASLt path (VEC128 / BLK128x128 scale modes) is not "
-                                           "wired yet";
-                                  return "";
-                                }));
+                  cublaslt_impl("cuBLASLt FP8 TN GEMM with the same scales (per tensor, or VEC128 for x and "
+                                "BLK128x128 for W in cuBLAS's scale layouts), bf16 out; fastest of 8",
+                                nullptr));
   registry.add(std::move(op));
 }
 

@@ -12,6 +12,7 @@
 
 #include "harness/cublaslt_matmul.h"
 #include "harness/registry.h"
+#include "harness/tensor.h"
 #include "kernels/gemm/gemm.h"
 
 namespace topt::suites {
@@ -38,12 +39,16 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 // plan_grid).
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra = {});
 
+// What a cuBLASLt GEMM instance holds beside the library's own state.
+struct LtExtras {
+  std::function<void(cudaStream_t)> after;                // runs after each matmul (INT8's dequantize pass)
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;     // device memory it keeps (counted as its workspace)
+};
+
 // cuBLASLt's `spec` on (a, b) into d, the fastest of its heuristic's candidates timed hot at prepare
-// (outside the timing); `after`, if any, runs after each matmul (INT8's dequantize pass) and holds
-// `after_bytes` of its own. Metrics: `extra`, then plan_candidates, plan_algo (the winner's index)
-// and plan_algo_hot_us.
+// (outside the timing). Metrics: `extra`, then plan_candidates, plan_algo (the winner's index) and
+// plan_algo_hot_us.
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
-                                                 cudaStream_t stream, Metrics extra = {},
-                                                 std::function<void(cudaStream_t)> after = {}, size_t after_bytes = 0);
+                                                 cudaStream_t stream, Metrics extra = {}, LtExtras extras = {});
 
 }  // namespace topt::suites

@@ -97,10 +97,8 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
   const bool int8 = scheme == "int8";
   const Case c = make_case(int8 ? "gemm_int8" : "gemm_fp8",
                            gemm_params(shape, int8 ? "" : scheme == "fp8_block" ? "block" : "tensor"), DType::bf16);
-  // cuBLASLt's block-scaled path is not wired yet (its unsupported says so).
-  const std::vector<std::string> impls =
-      scheme == "fp8_block" ? std::vector<std::string>{"ours"} : std::vector<std::string>{"cublaslt", "ours"};
-  expect_impls_pass(*this, c, impls, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
+  expect_impls_pass(*this, c, {"cublaslt", "ours"},
+                    [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
 // The quantization's error against the bf16 product is reported with each row: what E4M3's 3
