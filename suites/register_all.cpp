@@ -21,6 +21,8 @@ const Registry& builtin_registry() {
     suites::register_gemm_bf16(r);
     suites::register_gemm_fp8(r);
     suites::register_gemm_int8(r);
+    suites::register_quantize_fp8(r);
+    suites::register_quantize_int8(r);
     return r;
   }();
   return registry;

@@ -4,8 +4,7 @@
 // limit (kernels/gemm/NOTES.md).
 #include "kernels/gemm/quantize.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
+#include "kernels/gemm/quantize.cuh"
 
 #include <algorithm>
 
@@ -15,31 +14,10 @@ namespace topt::kernels::gemm {
 
 namespace {
 
-__device__ __forceinline__ uint8_t to_e4m3(float v) {
-  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-
-__device__ __forceinline__ float load(const __nv_bfloat16* x, int64_t i) { return __bfloat162float(x[i]); }
-
-// The maximum of `v` over the block (blockDim.x a multiple of 32, at most 1024).
-__device__ float block_max(float v) {
-  __shared__ float warp_max[32];
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __syncthreads();  // warp_max may still be read from a previous call
-  if (threadIdx.x % 32 == 0) warp_max[warp] = v;
-  __syncthreads();
-  float m = 0.f;
-  for (int w = 0; w < warps; ++w) m = fmaxf(m, warp_max[w]);
-  return m;
-}
-
-__device__ __forceinline__ float scale_of(float amax, float type_max) { return amax > 0.f ? amax / type_max : 1.f; }
-
 __global__ void amax_kernel(const __nv_bfloat16* x, int64_t n, unsigned* amax) {
   float m = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(load(x, i)));
+    m = fmaxf(m, fabsf(load_bf16(x, i)));
   m = block_max(m);
   // Non-negative floats order as their bit patterns.
   if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m));
@@ -50,7 +28,7 @@ __global__ void quantize_tensor_kernel(const __nv_bfloat16* x, int64_t n, uint8_
   const float s = scale_of(__uint_as_float(*amax), kE4m3Max);
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    q[i] = to_e4m3(load(x, i) / s);
+    q[i] = to_e4m3(load_bf16(x, i) / s);
 }
 
 // Block (blockIdx.y, blockIdx.x) of block_rows × 128: thread t takes column t of each of its rows.
@@ -59,21 +37,53 @@ __global__ void quantize_blocks_kernel(const __nv_bfloat16* x, int64_t rows, int
   const int64_t c = int64_t(blockIdx.x) * kScaleGroup + threadIdx.x;
   const int64_t r0 = int64_t(blockIdx.y) * block_rows, r1 = std::min<int64_t>(r0 + block_rows, rows);
   float m = 0.f;
-  for (int64_t r = r0; r < r1; ++r) m = fmaxf(m, fabsf(load(x, r * cols + c)));
+  for (int64_t r = r0; r < r1; ++r) m = fmaxf(m, fabsf(load_bf16(x, r * cols + c)));
   const float s = scale_of(block_max(m), kE4m3Max);
   if (threadIdx.x == 0) scales[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
-  for (int64_t r = r0; r < r1; ++r) q[r * cols + c] = to_e4m3(load(x, r * cols + c) / s);
+  for (int64_t r = r0; r < r1; ++r) q[r * cols + c] = to_e4m3(load_bf16(x, r * cols + c) / s);
+}
+
+// Per token and 128 of K: a warp per group, 4 elements per lane (one 8-byte load, one 4-byte store),
+// the group's maximum by shuffles; 8 groups per block of 256 threads.
+__global__ void quantize_token_groups_kernel(const __nv_bfloat16* x, int64_t groups_total, int64_t cols, uint8_t* q,
+                                             float* scales) {
+  const int64_t group = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  if (group >= groups_total) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t groups_per_row = cols / kScaleGroup;
+  const int64_t base = group / groups_per_row * cols + group % groups_per_row * kScaleGroup + 4 * lane;
+  const uint2 raw = *reinterpret_cast<const uint2*>(x + base);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x), hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  const float v[4] = {__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)};
+  float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float s = scale_of(m, kE4m3Max);
+  if (lane == 0) scales[group] = s;
+  uint32_t packed = 0;
+  for (int i = 0; i < 4; ++i) packed |= uint32_t(to_e4m3(v[i] / s)) << (8 * i);
+  *reinterpret_cast<uint32_t*>(q + base) = packed;
+}
+
+// code · scale back to bf16 (the quantize ops' checked output): a scale per (row_block, group).
+template <bool kE4m3>
+__global__ void dequantize_kernel(const uint8_t* q, const float* scales, int64_t rows, int64_t cols, int block_rows,
+                                  int64_t group_cols, __nv_bfloat16* out) {
+  const int64_t groups = cols / group_cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const float code = kE4m3 ? e4m3_to_float(q[i]) : float(int8_t(q[i]));
+    out[i] = __float2bfloat16_rn(code * scales[r / block_rows * groups + c / group_cols]);
+  }
 }
 
 __global__ void quantize_int8_rows_kernel(const __nv_bfloat16* x, int64_t cols, int8_t* q, float* scales) {
   const __nv_bfloat16* row = x + int64_t(blockIdx.x) * cols;
   float m = 0.f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(load(row, c)));
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(load_bf16(row, c)));
   const float s = scale_of(block_max(m), kInt8Max);
   if (threadIdx.x == 0) scales[blockIdx.x] = s;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float v = fminf(fmaxf(rintf(load(row, c) / s), -kInt8Max), kInt8Max);
-    q[int64_t(blockIdx.x) * cols + c] = int8_t(v);
+    q[int64_t(blockIdx.x) * cols + c] = to_int8(load_bf16(row, c) / s);
   }
 }
 
@@ -92,6 +102,13 @@ void quantize_fp8_tensor(const void* x, int64_t n, void* q, float* scale, unsign
 
 void quantize_fp8_blocks(const void* x, int64_t rows, int64_t cols, int block_rows, void* q, float* scales,
                          cudaStream_t stream) {
+  if (block_rows == 1) {
+    const int64_t groups = rows * (cols / kScaleGroup);
+    quantize_token_groups_kernel<<<unsigned((groups + 7) / 8), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), groups, cols, static_cast<uint8_t*>(q), scales);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(unsigned(cols / kScaleGroup), unsigned((rows + block_rows - 1) / block_rows));
   quantize_blocks_kernel<<<grid, kScaleGroup, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols, block_rows,
                                                            static_cast<uint8_t*>(q), scales);
@@ -101,6 +118,20 @@ void quantize_fp8_blocks(const void* x, int64_t rows, int64_t cols, int block_ro
 void quantize_int8_rows(const void* x, int64_t rows, int64_t cols, void* q, float* scales, cudaStream_t stream) {
   quantize_int8_rows_kernel<<<unsigned(rows), 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), cols,
                                                                 static_cast<int8_t*>(q), scales);
+  CUDA_CHECK_LAUNCH();
+}
+
+void dequantize_fp8_blocks(const void* q, const float* scales, int64_t rows, int64_t cols, int block_rows, void* out,
+                           cudaStream_t stream) {
+  dequantize_kernel<true><<<grid_for(rows * cols), 256, 0, stream>>>(
+      static_cast<const uint8_t*>(q), scales, rows, cols, block_rows, kScaleGroup, static_cast<__nv_bfloat16*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+void dequantize_int8_rows(const void* q, const float* scales, int64_t rows, int64_t cols, void* out,
+                          cudaStream_t stream) {
+  dequantize_kernel<false><<<grid_for(rows * cols), 256, 0, stream>>>(
+      static_cast<const uint8_t*>(q), scales, rows, cols, 1, cols, static_cast<__nv_bfloat16*>(out));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -29,6 +29,13 @@ void quantize_fp8_blocks(const void* x, int64_t rows, int64_t cols, int block_ro
 // q = round(x / scale) in int8, scale = amax / 127 (1 for a row of zeros).
 void quantize_int8_rows(const void* x, int64_t rows, int64_t cols, void* q, float* scales, cudaStream_t stream);
 
+// code · scale back to bf16 [rows, cols]: the layouts the quantize functions above write (fp8 blocks
+// of block_rows × 128; int8 per row).
+void dequantize_fp8_blocks(const void* q, const float* scales, int64_t rows, int64_t cols, int block_rows, void* out,
+                           cudaStream_t stream);
+void dequantize_int8_rows(const void* q, const float* scales, int64_t rows, int64_t cols, void* out,
+                          cudaStream_t stream);
+
 // The dequantized value of an E4M3 code (host and device).
 __host__ __device__ inline float e4m3_to_float(uint8_t code) {
   __nv_fp8_e4m3 v;

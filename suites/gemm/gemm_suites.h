@@ -20,6 +20,8 @@ namespace topt::suites {
 void register_gemm_bf16(Registry& registry);
 void register_gemm_fp8(Registry& registry);
 void register_gemm_int8(Registry& registry);
+void register_quantize_fp8(Registry& registry);
+void register_quantize_int8(Registry& registry);
 
 // A case's y[M, N] = x[M, K] · W[N, K]ᵀ.
 struct GemmShape {

@@ -168,6 +168,28 @@ TEST_F(GpuTest, GemmDecodePlanSplitsK) {
   EXPECT_EQ(tile_m, 64);
 }
 
+// The quantize ops: both impls' dequantized codes within the codes' rounding of x, on one token,
+// odd token counts, and (INT8) a width with no 128-wide groups.
+TEST_F(GpuTest, QuantizeOpsMatchTheirInput) {
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> cases{
+      {"quantize_fp8", 1, 4096},   {"quantize_fp8", 17, 5120}, {"quantize_fp8", 130, 8192},
+      {"quantize_fp8", 3, 128},    {"quantize_int8", 1, 4096}, {"quantize_int8", 17, 5120},
+      {"quantize_int8", 130, 8192}, {"quantize_int8", 5, 1000}};
+  for (auto& [op, tokens, hidden] : cases) {
+    Params p;
+    p.set("tokens", tokens);
+    p.set("hidden", hidden);
+    const Case c = make_case(op, p, DType::bf16);
+    expect_impls_pass(*this, c, {"unfused", "ours"},
+                      [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
+  }
+  Params odd;
+  odd.set("tokens", int64_t(4));
+  odd.set("hidden", int64_t(1000));
+  const std::string why = builtin_registry().find("quantize_fp8")->invalid(make_case("quantize_fp8", odd, DType::bf16));
+  EXPECT_NE(why.find("128-wide scale group"), std::string::npos) << why;
+}
+
 }  // namespace
 
 }  // namespace topt::testing

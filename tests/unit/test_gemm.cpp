@@ -172,6 +172,7 @@ TEST(GemmConfigs, EveryOpSweepsTheLlamaLayersAtEveryTokenCount) {
   // (op and scaling) -> (n, k) -> the token counts it runs at
   std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>> swept;
   for (const PlannedCase& pc : cases) {
+    if (pc.c.op.rfind("gemm_", 0) != 0) continue;  // the quantize ops
     const suites::GemmShape s(pc.c);
     const std::string variant = pc.c.op + (pc.c.params.has("scaling") ? "/" + pc.c.params.s("scaling") : "");
     swept[variant][{s.n, s.k}].insert(s.m);
@@ -188,6 +189,25 @@ TEST(GemmConfigs, EveryOpSweepsTheLlamaLayersAtEveryTokenCount) {
     // 70B's O at M = 8192 is the square 8192³.
     EXPECT_TRUE(layers.count({8192, 8192}) && layers.at({8192, 8192}).count(8192)) << variant;
   }
+}
+
+TEST(GemmConfigs, QuantizeOpsRunAtEachModelsHiddenSize) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm.yaml", builtin_registry());
+  std::map<std::string, std::set<int64_t>> hidden;
+  for (const PlannedCase& pc : expand_sweep(cfg, builtin_registry()))
+    if (pc.c.op.rfind("quantize_", 0) == 0) hidden[pc.c.op].insert(pc.c.params.i("hidden"));
+  for (const char* op : {"quantize_fp8", "quantize_int8"})
+    EXPECT_EQ(hidden[op], (std::set<int64_t>{4096, 5120, 8192})) << op;
+}
+
+TEST(QuantizeCost, ReadsXOnceAndWritesCodesAndScales) {
+  Case c{"quantize_fp8", {}, DType::bf16};
+  c.params.set("tokens", int64_t(16));
+  c.params.set("hidden", int64_t(4096));
+  const Cost cost = builtin_registry().find("quantize_fp8")->cost(c);
+  EXPECT_DOUBLE_EQ(cost.bytes, 16.0 * 4096 * 3 + 16.0 * 32 * 4);
+  c.op = "quantize_int8";
+  EXPECT_DOUBLE_EQ(builtin_registry().find("quantize_int8")->cost(c).bytes, 16.0 * 4096 * 3 + 16.0 * 4);
 }
 
 TEST(GemmConfigs, QuickSweepParses) {
