@@ -103,15 +103,35 @@ std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands,
   return "";
 }
 
-size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan) {
-  return plan.splits > 1 ? size_t(plan.splits) * args.m * args.n * sizeof(float) : 0;
+namespace {
+
+// The workspace of a split plan: partials [splits, M, N] fp32, then (reduced in the kernel) a counter
+// per tile (split plans run one consumer warpgroup) from a 256-byte boundary.
+struct WorkspaceLayout {
+  size_t counters = 0, bytes = 0;
+  WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
+    if (plan.splits <= 1) return;
+    counters = (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
+    bytes = reduce == SplitReduce::last_split ? counters + counter_count(plan) * sizeof(int) : counters;
+  }
+  static size_t counter_count(const GemmPlan& plan) { return size_t(plan.m_tiles * plan.n_tiles); }
+};
+
+}  // namespace
+
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
+  return WorkspaceLayout(args, plan, reduce).bytes;
 }
 
-GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace) {
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace, cudaStream_t stream,
+                        SplitReduce reduce) {
   if (plan.operands != args.operands) throw std::invalid_argument("gemm: the plan is for other operands");
   if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
+  if (plan.splits > 1 && plan.tile != TileShape::m64n128)
+    throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
+  const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
   l.grid = plan.grid(current_device_sm_count());
@@ -120,6 +140,11 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile));
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  p.tile_counters = nullptr;
+  if (plan.splits > 1 && reduce == SplitReduce::last_split) {
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
+    CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
+  }
   p.a_block_scale = args.a_block_scale;
   p.b_block_scale = args.b_block_scale;
   p.scale_groups = int(args.k / 128);
@@ -141,7 +166,7 @@ void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
     case Operands::e4m3: launch_tile<E4m3Operands>(l, stream); break;
     case Operands::s8: launch_tile<S8Operands>(l, stream); break;
   }
-  if (l.plan.splits > 1) {
+  if (l.plan.splits > 1 && !l.params.tile_counters) {
     const int64_t total = int64_t(l.params.m) * l.params.n;
     const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
     splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);

@@ -51,7 +51,8 @@ struct GemmArgs {
 struct GemmParams {  // 64-byte aligned through CUtensorMap
   CUtensorMap tma_a, tma_b;
   void* out;
-  float* partial;  // splits > 1: fp32 [splits, M, N]; the reduce kernel applies the epilogue
+  float* partial;       // splits > 1: fp32 [splits, M, N]
+  int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile, zero between launches
   const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
   const float* b_block_scale;
   int scale_groups;
@@ -68,11 +69,15 @@ struct GemmLaunch {
 
 // Why the core cannot run this problem on the current device, or "" if it can.
 std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales = false);
-// Device memory the plan needs beside the operands: the split-K partials.
-size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan);
-// Encodes the tensor maps (host work, done once); `workspace` holds gemm_workspace_bytes. The plan's
-// operands must be the args'.
-GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace);
+// Where a split plan's partials are summed: by a second kernel, or by the last split of each tile to
+// finish, in the GEMM kernel (no second launch; a counter per tile in the workspace).
+enum class SplitReduce { kernel, last_split };
+// Device memory the plan needs beside the operands: the split-K partials (and counters).
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce = SplitReduce::kernel);
+// Encodes the tensor maps (host work, done once) and zeroes the counters on `stream`; `workspace`
+// holds gemm_workspace_bytes. The plan's operands must be the args'.
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace, cudaStream_t stream,
+                        SplitReduce reduce = SplitReduce::kernel);
 // Enqueues the GEMM (and, with splits, the reduce kernel) on `stream`; never synchronizes.
 void run_gemm(const GemmLaunch& launch, cudaStream_t stream);
 

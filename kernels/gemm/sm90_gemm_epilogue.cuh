@@ -24,12 +24,14 @@ __device__ __forceinline__ float epilogue_value(const Epilogue& e, int64_t r, in
   return v;
 }
 
-// Writes the pair (r, c), (r, c + 1) of a row of width n; c is even. A pair moves as one 4-byte
-// (bf16) or 8-byte (fp32) store where n is even (so the pair is aligned) and both columns exist.
-__device__ __forceinline__ void store_pair(const GemmParams& p, int split, int64_t r, int64_t c, float v0, float v1) {
+// Writes the pair (r, c), (r, c + 1) of a row of width n, c even: as fp32 partials of split `split`
+// (`to_partial`), else through the epilogue to bf16. A pair moves as one 8-byte (fp32) or 4-byte
+// (bf16) store where n is even (so the pair is aligned) and both columns exist.
+__device__ __forceinline__ void store_pair(const GemmParams& p, bool to_partial, int split, int64_t r, int64_t c,
+                                           float v0, float v1) {
   const int64_t n = p.n;
   const bool both = c + 1 < n;
-  if (p.partial) {
+  if (to_partial) {
     float* dst = p.partial + (int64_t(split) * p.m + r) * n + c;
     if (both && n % 2 == 0) {
       *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
@@ -49,25 +51,50 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, int split, int64
   }
 }
 
-// A consumer warpgroup's (64, kBlockN) accumulators (fp32, or s32 converted here) of the wgmma layout: accumulator 4j + 2h + e
-// is row 16·warp + lane/4 + 8h, column 8j + 2·(lane%4) + e of the warpgroup's rows. Rows and columns
-// past the matrix (the tile's tail: TMA read them as zeros) are not written.
-template <int kBlockN, class Acc>
-__device__ __forceinline__ void store_accumulators(const GemmParams& p, const GemmUnit& unit, int row0,
-                                                   const Acc (&acc)[kBlockN / 2]) {
+// Calls f(r, c, i) for each pair of this thread's (64, kBlockN) accumulators (fp32 or s32) that lies in
+// the matrix, i being the pair's first accumulator. The wgmma layout: accumulator 4j + 2h + e is row
+// 16·warp + lane/4 + 8h, column 8j + 2·(lane%4) + e of the warpgroup's rows. Rows and columns past the
+// matrix (the tile's tail: TMA read them as zeros) are left out.
+template <int kBlockN, class F>
+__device__ __forceinline__ void for_each_pair(const GemmParams& p, int n_block, int row0, F&& f) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const int64_t r_base = int64_t(row0) + 16 * warp + lane / 4;
-  const int64_t c_base = int64_t(unit.n_block) * kBlockN + 2 * (lane % 4);
+  const int64_t c_base = int64_t(n_block) * kBlockN + 2 * (lane % 4);
 #pragma unroll
   for (int j = 0; j < kBlockN / 8; ++j) {
     const int64_t c = c_base + 8 * j;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t r = r_base + 8 * h;
-      if (r < p.m && c < p.n)
-        store_pair(p, unit.split, r, c, float(acc[4 * j + 2 * h]), float(acc[4 * j + 2 * h + 1]));
+      if (r < p.m && c < p.n) f(r, c, 4 * j + 2 * h);
     }
   }
+}
+
+template <int kBlockN, class Acc>
+__device__ __forceinline__ void store_accumulators(const GemmParams& p, const GemmUnit& unit, int row0,
+                                                   const Acc (&acc)[kBlockN / 2], bool to_partial) {
+  for_each_pair<kBlockN>(p, unit.n_block, row0, [&](int64_t r, int64_t c, int i) {
+    store_pair(p, to_partial, unit.split, r, c, float(acc[i]), float(acc[i + 1]));
+  });
+}
+
+// The last split of a tile to finish: its own sums plus every other split's partials (read through L2:
+// other SMs wrote them during this launch), through the epilogue to bf16.
+template <int kBlockN, class Acc>
+__device__ __forceinline__ void finish_split_tile(const GemmParams& p, const GemmUnit& unit, int row0,
+                                                  const Acc (&acc)[kBlockN / 2]) {
+  for_each_pair<kBlockN>(p, unit.n_block, row0, [&](int64_t r, int64_t c, int i) {
+    float v0 = float(acc[i]), v1 = float(acc[i + 1]);
+    const bool both = c + 1 < p.n;
+    for (int s = 0; s < p.splits; ++s) {
+      if (s == unit.split) continue;
+      const float* src = p.partial + (int64_t(s) * p.m + r) * p.n + c;
+      v0 += __ldcg(src);
+      if (both) v1 += __ldcg(src + 1);
+    }
+    store_pair(p, false, unit.split, r, c, v0, v1);
+  });
 }
 
 }  // namespace topt::kernels::gemm

@@ -5,7 +5,8 @@
 // The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, kBlockK)
 // and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
 // (every consumer warp done reading). It runs ahead into the next unit while the consumers store
-// this one. Each consumer warpgroup owns 64 rows of the tile: per stage, 4 wgmma (K steps of 32
+// this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
+// partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows of the tile: per stage, 4 wgmma (K steps of 32
 // bytes) from shared memory. bf16 and s8 keep one group in flight, so a stage is released when the
 // next stage's group is issued; FP8 waits for each stage's group and promotes its products into the
 // fp32 accumulators (times the stage's block scales), the other consumer's MMAs running meanwhile.
@@ -97,6 +98,28 @@ __device__ __forceinline__ float2 stage_scales(const GemmParams& p, int64_t r, i
   return make_float2(a0 * b, a1 * b);
 }
 
+// With K split and reduced in the kernel: the last of a tile's splits to arrive (per consumer
+// warpgroup) sums the others' partials and stores the tile; it leaves the counter at zero for the next
+// launch. The partials are visible GPU-wide (each thread's __threadfence) before the count.
+template <class C, class Acc>
+__device__ __forceinline__ void finish_if_last_split(const GemmParams& p, const GemmUnit& unit, int u, int row0,
+                                                     const Acc (&acc)[C::kBlockN / 2]) {
+  __shared__ int last_split;
+  __threadfence();
+  named_sync(1, 128);
+  if (threadIdx.x % 128 == 0) {
+    int* counter = p.tile_counters + u / p.splits;
+    const bool last = atomic_add_acq_rel(counter, 1) == p.splits - 1;
+    if (last) *counter = 0;
+    last_split = last;
+  }
+  named_sync(1, 128);
+  if (last_split) {
+    __threadfence();
+    finish_split_tile<C::kBlockN>(p, unit, row0, acc);
+  }
+}
+
 // Consumer warpgroup `cw` (rows 64·cw .. 64·cw + 63 of each tile).
 template <class C>
 __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
@@ -146,7 +169,13 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       fence_regs(acc);
       if (lane == 0) mbar_arrive(bars.empty(in_flight));
     }
-    store_accumulators<C::kBlockN>(p, unit, row0, acc);
+    // K splits run on the one-consumer (small-M) shape only (gemm_plan; prepare_gemm checks): the wide
+    // tiles keep the summing code, and its registers, out of their kernels.
+    const bool split = C::kConsumers == 1 && p.splits > 1;
+    store_accumulators<C::kBlockN>(p, unit, row0, acc, split);
+    if constexpr (C::kConsumers == 1) {
+      if (split && p.tile_counters) finish_if_last_split<C>(p, unit, u, row0, acc);
+    }
   }
 }
 

@@ -85,10 +85,11 @@ namespace {
 
 class CoreGemm : public Instance {
  public:
-  CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra) : extra_(std::move(extra)) {
+  CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra, kernels::gemm::SplitReduce reduce, cudaStream_t stream)
+      : extra_(std::move(extra)) {
     const auto plan = kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands);
-    workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan), "gemm split-K partials");
-    launch_ = kernels::gemm::prepare_gemm(args, plan, workspace_.get());
+    workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan, reduce), "gemm split-K partials");
+    launch_ = kernels::gemm::prepare_gemm(args, plan, workspace_.get(), stream, reduce);
   }
   void launch(cudaStream_t s) override { kernels::gemm::run_gemm(launch_, s); }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
@@ -147,8 +148,19 @@ class CublasLtGemm : public Instance {
 
 }  // namespace
 
-std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra) {
-  return std::make_unique<CoreGemm>(args, std::move(extra));
+std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
+                                  std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
+                                  std::function<Metrics(const Problem&)> extra_of) {
+  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce) {
+    return [args_of, extra_of, reduce](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+      return std::make_unique<CoreGemm>(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
+    };
+  };
+  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel), "weights"},
+          {"ours_v2", Role::ours,
+           "ours; split-K partials summed by each tile's last split inside the GEMM kernel (an arrival counter per "
+           "tile): no second launch",
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split), "weights"}};
 }
 
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
@@ -171,7 +183,7 @@ void register_gemm_bf16(Registry& registry) {
   op.summary =
       "y[M,N] = x[M,K] . W[N,K]^T, a linear layer's TN GEMM (x row-major, W N x K row-major), bf16 in, fp32 "
       "accumulate, bf16 out";
-  op.reference_note = "double on the GPU (16x16 tiles through shared memory, exact products, double sum)";
+  op.reference_note = "double on the GPU (suites/gemm/gemm_reference.cuh: exact products, a double sum; no cuBLAS)";
   op.axes = {{"m", Axis::Kind::integer, std::nullopt, "rows of x and y: tokens"},
              {"n", Axis::Kind::integer, std::nullopt, "rows of W, columns of y: output features"},
              {"k", Axis::Kind::integer, std::nullopt, "columns of x and W: input features"}};
@@ -200,17 +212,15 @@ void register_gemm_bf16(Registry& registry) {
                         return cublaslt_gemm_instance(spec, q.w->data, q.x->data, q.y->data, s);
                       },
                       "weights"});
-  op.impls.push_back({"ours", Role::ours,
-                      "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped "
-                      "tiles; small M: 64x128 tiles and split-K (gemm_plan)",
-                      [](const Case& c) {
-                        const GemmShape s(c);
-                        return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);
-                      },
-                      [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        return core_gemm_instance(as_gemm(p).args());
-                      },
-                      "weights"});
+  for (Impl& impl : core_gemm_impls(
+           "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped tiles; "
+           "small M: 64x128 tiles and split-K (gemm_plan)",
+           [](const Case& c) {
+             const GemmShape s(c);
+             return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);
+           },
+           [](const Problem& p) { return as_gemm(p).args(); }))
+    op.impls.push_back(std::move(impl));
   registry.add(std::move(op));
 }
 

@@ -263,7 +263,7 @@ std::unique_ptr<Instance> cublaslt_quant_gemm(const QuantGemmProblem& p, cudaStr
   return cublaslt_gemm_instance(spec, p.wq.get(), p.xq.get(), acc->get(), stream, extra, std::move(extras));
 }
 
-OpDef quant_gemm_op(const char* name, const char* summary, Operands operands) {
+OpDef quant_gemm_op(const char* name, const char* summary, const char* ours_note, Operands operands) {
   OpDef op;
   op.name = name;
   op.summary = summary;
@@ -288,17 +288,15 @@ OpDef quant_gemm_op(const char* name, const char* summary, Operands operands) {
   op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
     return std::make_unique<QuantGemmProblem>(c, seed, s);
   };
-  op.impls.push_back({"ours", Role::ours, "",
-                      [operands](const Case& c) {
-                        const GemmShape s(c);
-                        return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, operands,
-                                                               scheme_of(c) == Scheme::fp8_block);
-                      },
-                      [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
-                        const auto& q = as_quant(p);
-                        return core_gemm_instance(q.args(), {{"quant_rel_error", q.quant_rel_error}});
-                      },
-                      "weights"});
+  for (Impl& impl : core_gemm_impls(
+           ours_note,
+           [operands](const Case& c) {
+             const GemmShape s(c);
+             return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, operands, scheme_of(c) == Scheme::fp8_block);
+           },
+           [](const Problem& p) { return as_quant(p).args(); },
+           [](const Problem& p) { return Metrics{{"quant_rel_error", as_quant(p).quant_rel_error}}; }))
+    op.impls.push_back(std::move(impl));
   return op;
 }
 
@@ -316,12 +314,11 @@ void register_gemm_fp8(Registry& registry) {
   OpDef op = quant_gemm_op("gemm_fp8",
                            "y[M,N] = x[M,K] . W[N,K]^T on E4M3 codes of x and W (TN), per-tensor or 1x128/128x128 "
                            "block scales, fp32 accumulation promoted every 128 of K, bf16 out",
+                           "the sm90 core on E4M3 (wgmma k32), each 128-deep stage promoted into fp32 registers times "
+                           "its block scales; 64x128 split-K at small M, else 128x128",
                            Operands::e4m3);
   op.axes.push_back({"scaling", Axis::Kind::string, Value(std::string("tensor")),
                      "tensor: one scale per tensor; block: x per token and 128 of K, W per 128x128 (DeepSeek-V3)"});
-  op.impls.front().note =
-      "the sm90 core on E4M3 (wgmma k32), each 128-deep stage promoted into fp32 registers times its block scales; "
-      "64x128 split-K at small M, else 128x128";
   op.impls.insert(op.impls.begin(),
                   cublaslt_impl("cuBLASLt FP8 TN GEMM with the same scales (per tensor, or VEC128 for x and "
                                 "BLK128x128 for W in cuBLAS's scale layouts), bf16 out; fastest of 8",
@@ -333,10 +330,9 @@ void register_gemm_int8(Registry& registry) {
   OpDef op = quant_gemm_op("gemm_int8",
                            "y[M,N] = x[M,K] . W[N,K]^T on int8 codes (W8A8, SmoothQuant-style: x per token, W per "
                            "output channel), s32 accumulation, dequantized to bf16 in the epilogue",
+                           "the sm90 core on s8 (wgmma k32, s32 accumulators), scales applied in the epilogue; 64x128 "
+                           "split-K at small M, else 128x256/128x128",
                            Operands::s8);
-  op.impls.front().note =
-      "the sm90 core on s8 (wgmma k32, s32 accumulators), scales applied in the epilogue; 64x128 split-K at small "
-      "M, else 128x256/128x128";
   op.impls.insert(op.impls.begin(), cublaslt_impl("cuBLASLt int8 TN GEMM into s32, then a separate dequantize "
                                                   "kernel; fastest of 8",
                                                   nullptr));

@@ -36,10 +36,13 @@ Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes);
 
 using Metrics = std::vector<std::pair<std::string, double>>;
 
-// The core on `args`, planned for this device (gemm_plan), its workspace allocated and its tensor
-// maps encoded. Metrics: `extra`, then the plan (plan_tile_m, plan_tile_n, plan_splits, plan_units,
-// plan_grid).
-std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra = {});
+// The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
+// "weights": `ours` (`ours_note`; split-K partials summed by a second kernel) and `ours_v2` (summed
+// by each tile's last split inside the GEMM kernel: no second launch). Metrics: `extra_of`'s, if any,
+// then the plan (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid).
+std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
+                                  std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
+                                  std::function<Metrics(const Problem&)> extra_of = {});
 
 // What a cuBLASLt GEMM instance holds beside the library's own state.
 struct LtExtras {
