@@ -39,9 +39,7 @@ LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
       st = cublasLtMatmulAlgoGetHeuristic(handle_, op_, a_, b_, d_, d_, pref, int(candidates_.size()),
                                           candidates_.data(), &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED)
-      throw Unsupported("cuBLASLt supports no algorithm for this matmul (CUBLAS_STATUS_NOT_SUPPORTED)");
-    CUBLAS_CHECK(st);
+    CUBLAS_CHECK(st);  // NOT_SUPPORTED throws Unsupported
     candidates_.resize(size_t(found));
     if (candidates_.empty()) throw Unsupported("cuBLASLt's heuristic found no algorithm for this matmul");
   } catch (...) {

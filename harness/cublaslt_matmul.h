@@ -34,7 +34,8 @@ using LaunchTimer = std::function<double(const std::function<void(cudaStream_t)>
 
 class LtMatmul {
  public:
-  // Throws Unsupported when the heuristic offers no algorithm, CudaError on a library failure.
+  // Throws Unsupported when the heuristic offers no algorithm (or cuBLAS says NOT_SUPPORTED), an error
+  // naming the call on any other library failure.
   explicit LtMatmul(const LtMatmulSpec& spec);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;

@@ -76,14 +76,42 @@ __global__ void dequantize_kernel(const uint8_t* q, const float* scales, int64_t
   }
 }
 
+// A block per row. kVec: 8 elements per thread and step (16-byte loads, 8-byte stores of the codes),
+// where cols is a multiple of 8; else one. The second pass reads the row again, from L1/L2.
+template <int kVec>
 __global__ void quantize_int8_rows_kernel(const __nv_bfloat16* x, int64_t cols, int8_t* q, float* scales) {
-  const __nv_bfloat16* row = x + int64_t(blockIdx.x) * cols;
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* xr = x + row * cols;
+  auto load_vec = [&](int64_t c, float (&v)[kVec]) {
+    if constexpr (kVec == 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(xr + c);
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __low2float(pairs[i]);
+        v[2 * i + 1] = __high2float(pairs[i]);
+      }
+    } else {
+      v[0] = load_bf16(xr, c);
+    }
+  };
   float m = 0.f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, fabsf(load_bf16(row, c)));
+  for (int64_t c = int64_t(threadIdx.x) * kVec; c < cols; c += int64_t(blockDim.x) * kVec) {
+    float v[kVec];
+    load_vec(c, v);
+    for (int i = 0; i < kVec; ++i) m = fmaxf(m, fabsf(v[i]));
+  }
   const float s = scale_of(block_max(m), kInt8Max);
-  if (threadIdx.x == 0) scales[blockIdx.x] = s;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    q[int64_t(blockIdx.x) * cols + c] = to_int8(load_bf16(row, c) / s);
+  if (threadIdx.x == 0) scales[row] = s;
+  for (int64_t c = int64_t(threadIdx.x) * kVec; c < cols; c += int64_t(blockDim.x) * kVec) {
+    float v[kVec];
+    load_vec(c, v);
+    if constexpr (kVec == 8) {
+      uint32_t packed[2] = {0, 0};
+      for (int i = 0; i < 8; ++i) packed[i / 4] |= uint32_t(uint8_t(to_int8(v[i] / s))) << (8 * (i % 4));
+      *reinterpret_cast<uint2*>(q + row * cols + c) = make_uint2(packed[0], packed[1]);
+    } else {
+      q[row * cols + c] = to_int8(v[0] / s);
+    }
   }
 }
 
@@ -116,8 +144,11 @@ void quantize_fp8_blocks(const void* x, int64_t rows, int64_t cols, int block_ro
 }
 
 void quantize_int8_rows(const void* x, int64_t rows, int64_t cols, void* q, float* scales, cudaStream_t stream) {
-  quantize_int8_rows_kernel<<<unsigned(rows), 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), cols,
-                                                                static_cast<int8_t*>(q), scales);
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  if (cols % 8 == 0)
+    quantize_int8_rows_kernel<8><<<unsigned(rows), 256, 0, stream>>>(xb, cols, static_cast<int8_t*>(q), scales);
+  else
+    quantize_int8_rows_kernel<1><<<unsigned(rows), 256, 0, stream>>>(xb, cols, static_cast<int8_t*>(q), scales);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -141,7 +141,7 @@ void register_quantize_int8(Registry& registry) {
   registry.add(quantize_op("quantize_int8",
                            "activations to INT8 with a scale per token (SmoothQuant's W8A8): scale = amax / 127, code "
                            "= round(x / scale)",
-                           "fused: a block per row, the row's max then its codes (the second read from L1/L2)",
+                           "fused: a block per row, 16-byte loads, the row's max then its codes (the second read from L1/L2)",
                            "a kernel writes each row's scale, a second reads x again and writes the codes"));
 }
 
