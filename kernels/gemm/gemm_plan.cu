@@ -49,7 +49,8 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands) 
   if (m > kSmallM) {
     set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
-    return plan;
+    const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
+    if (!streams) return plan;
   }
   set_tile(TileShape::m64n128);
   const int64_t tiles = plan.m_tiles * plan.n_tiles;

@@ -25,6 +25,7 @@ const char* tile_name(TileShape t);
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
 constexpr int kMinSplitKBlocks = 4;     // the fewest K blocks (256 of K) a split streams
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
+constexpr int kSplitMaxM = 128;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 
@@ -44,6 +45,8 @@ struct GemmPlan {
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
 // Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
+//   Except up to kSplitMaxM rows where even 128×128 tiles leave half the SMs idle (M = 128 at N = 4096:
+//   32 tiles): the weights' read still sets the time there, so the small-M plan streams them.
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16);
 
 // Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).

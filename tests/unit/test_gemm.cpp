@@ -62,10 +62,18 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_EQ(big.tile, TileShape::m128n256);
   EXPECT_EQ(big.splits, 1);
   EXPECT_EQ(big.units(), 64 * 32);
-  // M = 128, N = 4096: 16 tiles of 128x256 would leave 116 SMs idle; 128x128 makes 32.
-  const GemmPlan mid = plan_gemm(128, 4096, 4096, kH100Sms);
+  // M = 256, N = 4096: 32 tiles of 128x256 would leave 100 SMs idle; 128x128 makes 64.
+  const GemmPlan mid = plan_gemm(256, 4096, 4096, kH100Sms);
   EXPECT_EQ(mid.tile, TileShape::m128n128);
   EXPECT_EQ(mid.splits, 1);
+  // M = 128, N = 4096: even 128x128 makes only 32 tiles; the weights stream as at decode, through
+  // 64x128 tiles (2 x 32) split twice: 128 units.
+  const GemmPlan m128 = plan_gemm(128, 4096, 4096, kH100Sms);
+  EXPECT_EQ(m128.tile, TileShape::m64n128);
+  EXPECT_EQ(m128.splits, 2);
+  EXPECT_EQ(m128.units(), 128);
+  // ... but not where 128x128 tiles fill the GPU (70B gate+up: 448 tiles).
+  EXPECT_EQ(plan_gemm(128, 57344, 8192, kH100Sms).tile, TileShape::m128n256);
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms).tile, TileShape::m128n256);  // 224 tiles
   EXPECT_NE(big.describe().find("128x256"), std::string::npos);
 }
