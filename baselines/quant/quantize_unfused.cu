@@ -14,7 +14,8 @@ using namespace topt::kernels::gemm;
 // One block per group of `group_cols` columns of one row.
 __global__ void group_scales_kernel(const __nv_bfloat16* x, int64_t cols, int64_t group_cols, float type_max,
                                     float* scales) {
-  const int64_t groups = cols / group_cols, row = blockIdx.x / groups, first = row * cols + blockIdx.x % groups * group_cols;
+  const int64_t groups = cols / group_cols, row = blockIdx.x / groups;
+  const int64_t first = row * cols + blockIdx.x % groups * group_cols;
   float m = 0.f;
   for (int64_t c = threadIdx.x; c < group_cols; c += blockDim.x) m = fmaxf(m, fabsf(load_bf16(x, first + c)));
   m = block_max(m);

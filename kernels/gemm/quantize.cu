@@ -53,7 +53,8 @@ __global__ void quantize_token_groups_kernel(const __nv_bfloat16* x, int64_t gro
   const int64_t groups_per_row = cols / kScaleGroup;
   const int64_t base = group / groups_per_row * cols + group % groups_per_row * kScaleGroup + 4 * lane;
   const uint2 raw = *reinterpret_cast<const uint2*>(x + base);
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x), hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
   const float v[4] = {__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi)};
   float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -69,7 +70,8 @@ template <bool kE4m3>
 __global__ void dequantize_kernel(const uint8_t* q, const float* scales, int64_t rows, int64_t cols, int block_rows,
                                   int64_t group_cols, __nv_bfloat16* out) {
   const int64_t groups = cols / group_cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
     const float code = kE4m3 ? e4m3_to_float(q[i]) : float(int8_t(q[i]));
     out[i] = __float2bfloat16_rn(code * scales[r / block_rows * groups + c / group_cols]);

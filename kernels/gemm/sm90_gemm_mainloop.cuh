@@ -6,10 +6,11 @@
 // and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
 // (every consumer warp done reading). It runs ahead into the next unit while the consumers store
 // this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
-// partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows of the tile: per stage, 4 wgmma (K steps of 32
-// bytes) from shared memory. bf16 and s8 keep one group in flight, so a stage is released when the
-// next stage's group is issued; FP8 waits for each stage's group and promotes its products into the
-// fp32 accumulators (times the stage's block scales), the other consumer's MMAs running meanwhile.
+// partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows
+// of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
+// in flight, so a stage is released when the next stage's group is issued; FP8 waits for each stage's
+// group and promotes its products into the fp32 accumulators (times the stage's block scales), the
+// other consumer's MMAs running meanwhile.
 #pragma once
 #include <cstdint>
 
@@ -79,7 +80,8 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
 // One stage's 4 wgmma (K steps of 32 bytes inside the swizzled rows) into `d`, as one group; the
 // first overwrites d where `overwrite`.
 template <class C, class Acc>
-__device__ __forceinline__ void issue_stage(Acc (&d)[C::kBlockN / 2], uint64_t a_desc, uint64_t b_desc, bool overwrite) {
+__device__ __forceinline__ void issue_stage(Acc (&d)[C::kBlockN / 2], uint64_t a_desc, uint64_t b_desc,
+                                            bool overwrite) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
@@ -143,8 +145,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       float part[kAcc];  // this stage's products, promoted into acc
       for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
         mbar_wait(bars.full(pos.stage), pos.phase);
-        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes), desc_advance(b_desc0, pos.stage * C::kBBytes),
-                       true);
+        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                       desc_advance(b_desc0, pos.stage * C::kBBytes), true);
         wgmma_wait<0>();
         fence_regs(part);
         if (lane == 0) mbar_arrive(bars.empty(pos.stage));
@@ -158,8 +160,8 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       int in_flight = -1;  // the stage whose wgmma group may still be reading it
       for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
         mbar_wait(bars.full(pos.stage), pos.phase);
-        issue_stage<C>(acc, desc_advance(a_desc0, pos.stage * C::kABytes), desc_advance(b_desc0, pos.stage * C::kBBytes),
-                       kb == unit.k_begin);
+        issue_stage<C>(acc, desc_advance(a_desc0, pos.stage * C::kABytes),
+                       desc_advance(b_desc0, pos.stage * C::kBBytes), kb == unit.k_begin);
         wgmma_wait<1>();  // the previous stage's group is done: release it
         if (in_flight >= 0 && lane == 0) mbar_arrive(bars.empty(in_flight));
         in_flight = pos.stage;

@@ -35,7 +35,9 @@ class GemmBf16Problem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*y}; }
   // y: its own rounding to bf16 after an fp32 sum of K exact products (bf16·bf16 fits fp32).
-  std::vector<OutputSpec> output_specs() const override { return {{"y", {"row", "col"}, {DType::bf16, 1, 0, shape.k}}}; }
+  std::vector<OutputSpec> output_specs() const override {
+    return {{"y", {"row", "col"}, {DType::bf16, 1, 0, shape.k}}};
+  }
 
   // Double on the GPU (gemm_reference.cuh), copied to the host: a CPU loop would take seconds
   // per case at these sizes, and the kernel's sum is as exact.

@@ -126,7 +126,8 @@ class QuantGemmProblem : public Problem {
  private:
   int64_t groups() const { return shape.k / kernels::gemm::kScaleGroup; }
   size_t x_scale_count() const {
-    return scheme == Scheme::fp8_tensor ? 1 : scheme == Scheme::fp8_block ? size_t(shape.m * groups()) : size_t(shape.m);
+    if (scheme == Scheme::fp8_tensor) return 1;
+    return scheme == Scheme::fp8_block ? size_t(shape.m * groups()) : size_t(shape.m);
   }
   size_t w_scale_count() const {
     if (scheme == Scheme::fp8_tensor) return 1;

@@ -35,7 +35,9 @@ struct Int8Loader {
   const int8_t* q;
   const float* scales;
   int64_t k;
-  __device__ double operator()(int64_t row, int64_t col) const { return double(q[row * k + col]) * double(scales[row]); }
+  __device__ double operator()(int64_t row, int64_t col) const {
+    return double(q[row * k + col]) * double(scales[row]);
+  }
 };
 
 // 64×64 outputs per block of 16×16 threads, 4×4 per thread (a thread's rows and columns 16 apart), K

@@ -44,7 +44,9 @@ class QuantizeProblem : public Problem {
   std::vector<OutputSpec> output_specs() const override {
     return {{"x_dq", {"token", "col"}, {DType::bf16, fp8 ? 17 : 3, 0, 1}}};
   }
-  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override { return {to_host_f64(*x, stream)}; }
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
+    return {to_host_f64(*x, stream)};
+  }
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
     const int64_t n = tokens * hidden;
     bf16_to_float_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream>>>(
@@ -70,12 +72,13 @@ class QuantizeInstance : public Instance {
         scales_(size_t(p.scale_count()) * sizeof(float), "scales") {}
   void launch(cudaStream_t s) override {
     using namespace kernels::gemm;
-    if (p_.fp8 && fused_) quantize_fp8_blocks(p_.x->data, p_.tokens, p_.hidden, 1, codes_.get(), scales_.as<float>(), s);
+    const void* x = p_.x->data;
+    float* scales = scales_.as<float>();
+    if (p_.fp8 && fused_) quantize_fp8_blocks(x, p_.tokens, p_.hidden, 1, codes_.get(), scales, s);
     if (p_.fp8 && !fused_)
-      baselines::quantize_fp8_token_groups_unfused(p_.x->data, p_.tokens, p_.hidden, codes_.get(), scales_.as<float>(), s);
-    if (!p_.fp8 && fused_) quantize_int8_rows(p_.x->data, p_.tokens, p_.hidden, codes_.get(), scales_.as<float>(), s);
-    if (!p_.fp8 && !fused_)
-      baselines::quantize_int8_rows_unfused(p_.x->data, p_.tokens, p_.hidden, codes_.get(), scales_.as<float>(), s);
+      baselines::quantize_fp8_token_groups_unfused(x, p_.tokens, p_.hidden, codes_.get(), scales, s);
+    if (!p_.fp8 && fused_) quantize_int8_rows(x, p_.tokens, p_.hidden, codes_.get(), scales, s);
+    if (!p_.fp8 && !fused_) baselines::quantize_int8_rows_unfused(x, p_.tokens, p_.hidden, codes_.get(), scales, s);
   }
   void copy_out(cudaStream_t s) override {
     using namespace kernels::gemm;
@@ -141,7 +144,8 @@ void register_quantize_int8(Registry& registry) {
   registry.add(quantize_op("quantize_int8",
                            "activations to INT8 with a scale per token (SmoothQuant's W8A8): scale = amax / 127, code "
                            "= round(x / scale)",
-                           "fused: a block per row, 16-byte loads, the row's max then its codes (the second read from L1/L2)",
+                           "fused: a block per row, 16-byte loads, the row's max then its codes (the second read "
+                           "from L1/L2)",
                            "a kernel writes each row's scale, a second reads x again and writes the codes"));
 }
 
