@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "harness/cublaslt_matmul.h"
 #include "harness/cuda_check.h"
 #include "harness/peaks.h"
 
@@ -61,17 +62,14 @@ double measure_read_GBps(Timer& timer, cudaStream_t stream, uint64_t seed) {
   OwnedTensor src(DType::f32, {int64_t(kBytes / 4)}, "read-peak source");
   DeviceBuffer sink(sizeof(uint4), "read-peak sink");
   fill_uniform(*src, seed, -1, 1, stream);
-  const int sms = current_device_sm_count();
   const MeasureSettings m = peak_settings();
   Measurement r = timer.measure(
-      [&](cudaStream_t s) {
-        read_kernel<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(src->data), kBytes / 16,
-                                            static_cast<uint4*>(sink.get()));
-        CUDA_CHECK_LAUNCH();
-      },
+      [&](cudaStream_t s) { read_bytes(src->data, kBytes, sink.get(), s); },
       m);
   return kBytes / (r.stats.median * 1e-6) / 1e9;
 }
+
+constexpr int kPeakGemmCandidates = 4;
 
 double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
   constexpr int64_t n = 8192;
@@ -80,54 +78,17 @@ double measure_gemm_TFLOPs(Timer& timer, cudaStream_t stream, uint64_t seed) {
   // Random data: zeros run measurably faster on tensor cores.
   fill_uniform(*a, seed + 1, -1, 1, stream);
   fill_uniform(*b, seed + 2, -1, 1, stream);
-  constexpr size_t kWorkspace = size_t(32) << 20;
-  DeviceBuffer workspace(kWorkspace, "cuBLASLt workspace");
-
-  cublasLtHandle_t lt = nullptr;
-  CUBLAS_CHECK(cublasLtCreate(&lt));
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  auto cleanup = [&] {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (op) cublasLtMatmulDescDestroy(op);
-    cublasLtDestroy(lt);
-  };
-  try {
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = kWorkspace;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    // The peak is the best the library reaches: time its first few candidates, keep the fastest.
-    constexpr int kCandidates = 4;
-    cublasLtMatmulHeuristicResult_t heur[kCandidates] = {};
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, kCandidates, heur, &found));
-    if (!found) throw Unsupported("cuBLASLt found no bf16 GEMM algorithm");
-    float alpha = 1, beta = 0;
-    const MeasureSettings m = peak_settings();  // 400 MB of operands: the L2 holds none of them anyway
-    double best_us = INFINITY;
-    for (int i = 0; i < found; ++i) {
-      Measurement r = timer.measure(
-          [&](cudaStream_t s) {
-            CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a->data, la, b->data, lb, &beta, c->data, lc, c->data, lc,
-                                        &heur[i].algo, workspace.get(), kWorkspace, s));
-          },
-          m);
-      best_us = std::min(best_us, r.stats.median);
-    }
-    cleanup();
-    return 2.0 * n * n * n / (best_us * 1e-6) / 1e12;
-  } catch (...) {
-    cleanup();
-    throw;
-  }
+  // The peak is the best the library reaches: time its first few candidates, keep the fastest.
+  LtMatmulSpec spec;
+  spec.m = spec.n = spec.k = n;
+  spec.max_candidates = kPeakGemmCandidates;
+  LtMatmul matmul(spec);
+  DeviceBuffer workspace(spec.workspace_bytes, "cuBLASLt workspace");
+  const MeasureSettings m = peak_settings();  // 400 MB of operands: the L2 holds none of them anyway
+  const std::vector<double> times = matmul.choose_fastest(
+      [&](const std::function<void(cudaStream_t)>& run) { return timer.measure(run, m).stats.median; }, a->data,
+      b->data, c->data, workspace.get());
+  return 2.0 * n * n * n / (times[size_t(matmul.chosen())] * 1e-6) / 1e12;
 }
 
 __global__ void empty_kernel() {}
@@ -146,6 +107,12 @@ double measure_empty_kernel_us(Timer& timer) {
 }
 
 }  // namespace
+
+void read_bytes(const void* src, size_t bytes, void* sink, cudaStream_t stream) {
+  read_kernel<<<current_device_sm_count() * 8, 256, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16,
+                                                                 static_cast<uint4*>(sink));
+  CUDA_CHECK_LAUNCH();
+}
 
 MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed) {
   MeasuredPeaks p;

@@ -20,6 +20,11 @@ struct MeasuredPeaks {
   std::string notes;                       // why a peak is missing, if one is
 };
 
+// Reads the first bytes / 16 16-byte words of `src` the way the read ceiling does, and nothing else
+// (`sink`: 16 bytes of device memory the kernel never writes in practice): a ReadBound's way for a
+// contiguous range.
+void read_bytes(const void* src, size_t bytes, void* sink, cudaStream_t stream);
+
 MeasuredPeaks measure_peaks(Timer& timer, cudaStream_t stream, uint64_t seed);
 nlohmann::ordered_json peaks_json(const MeasuredPeaks& p);
 

@@ -2,6 +2,7 @@
 // visible and the linker cannot drop a suite).
 #include "harness/registry.h"
 #include "suites/attention/attention_suites.h"
+#include "suites/gemm/gemm_suites.h"
 #include "suites/norm/norm_suites.h"
 
 namespace topt {
@@ -17,6 +18,11 @@ const Registry& builtin_registry() {
     suites::register_attention_decode(r);
     suites::register_attention_prefill(r);
     suites::register_kv_cache_append(r);
+    suites::register_gemm_bf16(r);
+    suites::register_gemm_fp8(r);
+    suites::register_gemm_int8(r);
+    suites::register_quantize_fp8(r);
+    suites::register_quantize_int8(r);
     return r;
   }();
   return registry;

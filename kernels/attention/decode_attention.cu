@@ -19,7 +19,7 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/decode_plan.h"
 #include "kernels/attention/decode_variants.cuh"
-#include "kernels/attention/tma_map.h"
+#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels {
 

@@ -15,7 +15,7 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/decode_plan.h"
 #include "kernels/attention/mma_sm80.cuh"
-#include "kernels/attention/sm90_primitives.cuh"
+#include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/norm/row_tile.cuh"
 
 namespace topt::kernels::decode {

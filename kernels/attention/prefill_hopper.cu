@@ -23,7 +23,7 @@
 #include "kernels/attention/sm90_prefill_epilogue.cuh"
 #include "kernels/attention/sm90_prefill_mainloop.cuh"
 #include "kernels/attention/sm90_prefill_scheduler.cuh"
-#include "kernels/attention/tma_map.h"
+#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels {
 

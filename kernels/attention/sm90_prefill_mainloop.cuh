@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "kernels/attention/sm90_prefill_scheduler.cuh"
-#include "kernels/attention/sm90_primitives.cuh"
-#include "kernels/attention/sm90_wgmma.cuh"
+#include "kernels/sm90/sm90_primitives.cuh"
+#include "kernels/sm90/sm90_wgmma.cuh"
 
 namespace topt::kernels::sm90 {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "harness/cuda_check.h"
-#include "kernels/attention/sm90_primitives.cuh"
+#include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::suites {
 

@@ -1,4 +1,4 @@
-// TMA tensor maps for the Hopper kernels: 16-bit elements (bf16 or fp16), 128-byte swizzle, the
+// TMA tensor maps for the Hopper kernels: 16-bit (bf16, fp16) or 8-bit elements, 128-byte swizzle, the
 // layout wgmma descriptors and the kernels' ldmatrix addressing expect.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only: the encoder is looked up in the driver at run time)
@@ -12,5 +12,8 @@ namespace topt::kernels {
 // Elements outside the tensor read as zero. Throws std::runtime_error naming `what` on failure.
 CUtensorMap make_tma_map_16bit(const char* what, const void* ptr, bool f16, int rank, const uint64_t* dims,
                                const uint64_t* strides, const uint32_t* box);
+// The same for 1-byte elements (FP8, INT8: the copy moves bytes; wgmma reads their type): box[0] must be 128.
+CUtensorMap make_tma_map_8bit(const char* what, const void* ptr, int rank, const uint64_t* dims,
+                              const uint64_t* strides, const uint32_t* box);
 
 }  // namespace topt::kernels

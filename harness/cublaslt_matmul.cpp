@@ -1,0 +1,108 @@
+#include "harness/cublaslt_matmul.h"
+
+#include <algorithm>
+
+#include "harness/cuda_check.h"
+#include "harness/stats.h"
+
+namespace topt {
+
+LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
+  try {
+    CUBLAS_CHECK(cublasLtCreate(&handle_));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, spec.compute, spec.scale_type));
+    const cublasOperation_t trans = spec.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+    auto set_scale = [&](cublasLtMatmulDescAttributes_t pointer, cublasLtMatmulDescAttributes_t mode_attr,
+                         const float* scale, int mode) {
+      if (!scale) return;
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, pointer, &scale, sizeof(scale)));
+      if (mode < 0) return;
+      const auto m = cublasLtMatmulMatrixScale_t(mode);
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, mode_attr, &m, sizeof(m)));
+    };
+    set_scale(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, spec.a_scale, spec.a_scale_mode);
+    set_scale(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, spec.b_scale, spec.b_scale_mode);
+    // Column-major, tightly packed: A is m × k (k × m transposed), B k × n, D m × n.
+    const int64_t a_rows = spec.trans_a ? spec.k : spec.m, a_cols = spec.trans_a ? spec.m : spec.k;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, spec.a_type, a_rows, a_cols, a_rows));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, spec.b_type, spec.k, spec.n, spec.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, spec.d_type, spec.m, spec.n, spec.m));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = spec.workspace_bytes;
+    cublasStatus_t st =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    candidates_.resize(size_t(std::max(spec.max_candidates, 1)));
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(handle_, op_, a_, b_, d_, d_, pref, int(candidates_.size()),
+                                          candidates_.data(), &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    CUBLAS_CHECK(st);  // NOT_SUPPORTED throws Unsupported
+    candidates_.resize(size_t(found));
+    if (candidates_.empty()) throw Unsupported("cuBLASLt's heuristic found no algorithm for this matmul");
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+LtMatmul::~LtMatmul() { destroy(); }
+
+void LtMatmul::destroy() {
+  if (a_) cublasLtMatrixLayoutDestroy(a_);
+  if (b_) cublasLtMatrixLayoutDestroy(b_);
+  if (d_) cublasLtMatrixLayoutDestroy(d_);
+  if (op_) cublasLtMatmulDescDestroy(op_);
+  if (handle_) cublasLtDestroy(handle_);
+  a_ = b_ = d_ = nullptr;
+  op_ = nullptr;
+  handle_ = nullptr;
+}
+
+void LtMatmul::run(int index, const void* a, const void* b, void* d, void* workspace, cudaStream_t stream) const {
+  const float alpha = 1, beta = 0;
+  const int32_t alpha_i = 1, beta_i = 0;
+  const bool integer = spec_.scale_type == CUDA_R_32I;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, op_, integer ? static_cast<const void*>(&alpha_i) : &alpha, a, a_, b, b_,
+                              integer ? static_cast<const void*>(&beta_i) : &beta, d, d_, d, d_,
+                              &candidates_[size_t(index)].algo, workspace, spec_.workspace_bytes, stream));
+}
+
+std::vector<double> LtMatmul::choose_fastest(const LaunchTimer& time_us, const void* a, const void* b, void* d,
+                                             void* workspace) {
+  std::vector<double> times;
+  for (int i = 0; i < candidates(); ++i)
+    times.push_back(time_us([&, i](cudaStream_t s) { run(i, a, b, d, workspace, s); }));
+  chosen_ = int(std::min_element(times.begin(), times.end()) - times.begin());
+  return times;
+}
+
+double time_hot_us(const std::function<void(cudaStream_t)>& run, cudaStream_t stream, int reps) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> samples;
+  try {
+    run(stream);
+    for (int i = 0; i < reps; ++i) {
+      CUDA_CHECK(cudaEventRecord(start, stream));
+      run(stream);
+      CUDA_CHECK(cudaEventRecord(stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      samples.push_back(ms * 1e3);
+    }
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    throw;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median_of(samples);
+}
+
+}  // namespace topt

@@ -1,0 +1,177 @@
+// The GEMM core's kernel and host launcher. Napkin math for the largest Llama-2 shape, 70B gate+up at
+// M = 8192: 2·8192·57344·8192 = 7.7 TFLOP, ~10 ms at 790 TFLOP/s; its operands (1.1 GB) take 0.4 ms
+// to read once, so large M is compute-bound by 25x. At M = 1 the same weights (940 MB) take ~0.3 ms
+// at 3.1 TB/s for 0.9 GFLOP: the weights' read is everything.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+#include "harness/cuda_check.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/sm90_gemm_config.cuh"
+#include "kernels/gemm/sm90_gemm_mainloop.cuh"
+#include "kernels/sm90/sm90_device.h"
+#include "kernels/sm90/tma_map.h"
+
+namespace topt::kernels::gemm {
+
+namespace {
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_constant__ GemmParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
+  const uint32_t smem = (smem_addr(smem_raw) + 1023) & ~1023u;
+  if (threadIdx.x == 0) {
+    init_gemm_barriers<C>(GemmBars<C>{smem + C::kOffBar});
+    tma_prefetch_descriptor(&p.tma_a);
+    tma_prefetch_descriptor(&p.tma_b);
+  }
+  __syncthreads();
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    if constexpr (C::kConsumers > 1) regs_dealloc<C::kProducerRegs>();
+    if (threadIdx.x == 0) produce<C>(p, smem);
+  } else {
+    if constexpr (C::kConsumers > 1) regs_alloc<C::kConsumerRegs>();
+    consume<C>(p, smem, warpgroup - 1);
+  }
+#else
+  // Built without sm_90a code (wgmma, setmaxnreg): fail loudly rather than return garbage.
+  __trap();
+#endif
+}
+
+// y[r, c] = epilogue(Σ_split partial[split, r, c]): the second kernel of a split-K launch (small M:
+// M·N·splits fp32 values, small beside the weights the splits streamed).
+__global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
+  const int64_t total = int64_t(p.m) * p.n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0;
+    for (int s = 0; s < p.splits; ++s) sum += p.partial[s * total + i];
+    static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, i / p.n, i % p.n, p.n, sum));
+  }
+}
+
+// A row-major (rows, K) operand, read in boxes of (box_rows, one 128-byte row of K).
+CUtensorMap operand_map(const char* what, const void* ptr, Operands operands, int64_t rows, int64_t k, int box_rows) {
+  const bool wide = operands == Operands::bf16;
+  const uint64_t dims[2] = {uint64_t(k), uint64_t(rows)};
+  const uint64_t strides[1] = {uint64_t(k) * (wide ? 2 : 1)};
+  const uint32_t box[2] = {uint32_t(block_k(operands)), uint32_t(box_rows)};
+  return wide ? make_tma_map_16bit(what, ptr, false, 2, dims, strides, box)
+              : make_tma_map_8bit(what, ptr, 2, dims, strides, box);
+}
+
+template <class C>
+void launch_config(const GemmLaunch& l, cudaStream_t stream) {
+  auto kernel = gemm_kernel<C>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  kernel<<<l.grid, C::kThreads, C::kSmemBytes, stream>>>(l.params);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The plan's tile shape for operands O; FP8 has no 128x256 instantiation (the planner never asks).
+template <class O>
+void launch_tile(const GemmLaunch& l, cudaStream_t stream) {
+  switch (l.plan.tile) {
+    case TileShape::m128n256:
+      if constexpr (!O::kPromote) return launch_config<GemmConfig128x256<O>>(l, stream);
+      throw std::invalid_argument("gemm: FP8 runs no 128x256 tiles");
+    case TileShape::m128n128: return launch_config<GemmConfig128x128<O>>(l, stream);
+    case TileShape::m64n128: return launch_config<GemmConfig64x128<O>>(l, stream);
+  }
+}
+
+}  // namespace
+
+std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales) {
+  std::string why =
+      sm90::sm90a_unsupported(reinterpret_cast<const void*>(gemm_kernel<GemmConfig64x128<Bf16Operands>>));
+  if (!why.empty()) return why;
+  const int align = operands == Operands::bf16 ? 8 : 16;
+  if (k % align != 0)
+    return "K = " + std::to_string(k) + " is not a multiple of " + std::to_string(align) +
+           ": TMA needs 16-byte row strides";
+  if (block_scales && operands != Operands::e4m3) return "block scales are FP8's";
+  if (block_scales && k % 128 != 0)
+    return "K = " + std::to_string(k) + " is not a multiple of the 128-wide block-scale group";
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return "M, N and K must fit 32-bit TMA coordinates";
+  return "";
+}
+
+namespace {
+
+// The workspace of a split plan: partials [splits, M, N] fp32, then (reduced in the kernel) a counter
+// per tile (split plans run one consumer warpgroup) from a 256-byte boundary.
+struct WorkspaceLayout {
+  size_t counters = 0, bytes = 0;
+  WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
+    if (plan.splits <= 1) return;
+    counters = (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
+    bytes = reduce == SplitReduce::last_split ? counters + counter_count(plan) * sizeof(int) : counters;
+  }
+  static size_t counter_count(const GemmPlan& plan) { return size_t(plan.m_tiles * plan.n_tiles); }
+};
+
+}  // namespace
+
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
+  return WorkspaceLayout(args, plan, reduce).bytes;
+}
+
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace, cudaStream_t stream,
+                        SplitReduce reduce) {
+  if (plan.operands != args.operands) throw std::invalid_argument("gemm: the plan is for other operands");
+  if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
+  if (plan.splits > 1 && plan.tile != TileShape::m64n128)
+    throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
+  if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
+    throw std::invalid_argument("gemm: block scales for both operands or for neither");
+  const WorkspaceLayout layout(args, plan, reduce);
+  GemmLaunch l;
+  l.plan = plan;
+  l.grid = plan.grid(current_device_sm_count());
+  GemmParams& p = l.params;
+  p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile));
+  p.out = args.out;
+  p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  p.tile_counters = nullptr;
+  if (plan.splits > 1 && reduce == SplitReduce::last_split) {
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
+    CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
+  }
+  p.a_block_scale = args.a_block_scale;
+  p.b_block_scale = args.b_block_scale;
+  p.scale_groups = int(args.k / 128);
+  p.m = int(args.m);
+  p.n = int(args.n);
+  p.k_blocks = int(plan.k_blocks);
+  p.m_tiles = int(plan.m_tiles);
+  p.n_tiles = int(plan.n_tiles);
+  p.splits = plan.splits;
+  p.group = plan.group;
+  p.epilogue = args.epilogue;
+  return l;
+}
+
+void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
+  if (l.params.m == 0 || l.params.n == 0) return;
+  switch (l.plan.operands) {
+    case Operands::bf16: launch_tile<Bf16Operands>(l, stream); break;
+    case Operands::e4m3: launch_tile<E4m3Operands>(l, stream); break;
+    case Operands::s8: launch_tile<S8Operands>(l, stream); break;
+  }
+  if (l.plan.splits > 1 && !l.params.tile_counters) {
+    const int64_t total = int64_t(l.params.m) * l.params.n;
+    const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
+    splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace topt::kernels::gemm

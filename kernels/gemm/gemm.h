@@ -1,0 +1,84 @@
+// The Hopper GEMM core: y[M,N] = epilogue(x[M,K] · W[N,K]ᵀ), the "TN" GEMM of a linear layer
+// (activations row-major M×K, weights row-major N×K, both K-contiguous): bf16 operands with fp32
+// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (per-tensor or block scales),
+// or s8 with s32 accumulation; bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
+// a producer warp and one or two consumer warpgroups, a persistent grid over a grouped (swizzled)
+// tile order, and an epilogue of scales, bias, activation and residual add. The planner
+// (gemm_plan.h) picks the tile shape and the K splits; kernels/gemm/NOTES.md says why.
+#pragma once
+#include <cuda.h>  // CUtensorMap (a type only)
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/gemm/gemm_plan.h"
+
+namespace topt::kernels::gemm {
+
+enum class Activation { none, silu };
+
+// What happens to an fp32 accumulator `acc` of element (r, c) on its way out:
+//   y = act(acc · alpha · a_scale · b_scale · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]
+// Null pointers are left out. bias and residual are bf16, like the output.
+struct Epilogue {
+  float alpha = 1.f;
+  const float* a_scale = nullptr;    // per-tensor scale of x (device scalar: FP8 per-tensor scaling)
+  const float* b_scale = nullptr;    // per-tensor scale of W (device scalar)
+  const float* row_scale = nullptr;  // [M]: per-token activation scales
+  const float* col_scale = nullptr;  // [N]: per-output-channel weight scales
+  const void* bias = nullptr;        // [N]
+  const void* residual = nullptr;    // [M, N]
+  Activation activation = Activation::none;
+};
+
+struct GemmArgs {
+  Operands operands = Operands::bf16;
+  const void* a = nullptr;  // [M, K] row-major, of `operands`
+  const void* b = nullptr;  // [N, K] row-major (a linear layer's weight)
+  void* out = nullptr;      // [M, N] bf16, row-major
+  int64_t m = 0, n = 0, k = 0;
+  // FP8 block scales (DeepSeek-V3), applied at each 128-deep promotion: x's per (token, 128 of K),
+  // [M, K/128] row-major; W's per (128 rows, 128 of K), [ceil(N/128), K/128] row-major. Null: none.
+  const float* a_block_scale = nullptr;
+  const float* b_block_scale = nullptr;
+  Epilogue epilogue;
+};
+
+// What every kernel of the core takes (a __grid_constant__ parameter): the tensor maps are encoded
+// once, at prepare, so that a launch costs no host work beyond the launch itself.
+struct GemmParams {  // 64-byte aligned through CUtensorMap
+  CUtensorMap tma_a, tma_b;
+  void* out;
+  float* partial;       // splits > 1: fp32 [splits, M, N]
+  int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile, zero between launches
+  const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
+  const float* b_block_scale;
+  int scale_groups;
+  int m, n, k_blocks;
+  int m_tiles, n_tiles, splits, group;
+  Epilogue epilogue;
+};
+
+struct GemmLaunch {
+  GemmPlan plan;
+  GemmParams params;
+  int grid = 0;
+};
+
+// Why the core cannot run this problem on the current device, or "" if it can.
+std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales = false);
+// Where a split plan's partials are summed: by a second kernel, or by the last split of each tile to
+// finish, in the GEMM kernel (no second launch; a counter per tile in the workspace).
+enum class SplitReduce { kernel, last_split };
+// Device memory the plan needs beside the operands: the split-K partials (and counters).
+size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce = SplitReduce::kernel);
+// Encodes the tensor maps (host work, done once) and zeroes the counters on `stream`; `workspace`
+// holds gemm_workspace_bytes. The plan's operands must be the args'.
+GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* workspace, cudaStream_t stream,
+                        SplitReduce reduce = SplitReduce::kernel);
+// Enqueues the GEMM (and, with splits, the reduce kernel) on `stream`; never synchronizes.
+void run_gemm(const GemmLaunch& launch, cudaStream_t stream);
+
+}  // namespace topt::kernels::gemm

@@ -1,0 +1,71 @@
+#include "kernels/gemm/gemm_plan.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace topt::kernels::gemm {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int tile_m(TileShape t) { return t == TileShape::m64n128 ? 64 : 128; }
+int tile_n(TileShape t) { return t == TileShape::m128n256 ? 256 : 128; }
+const char* tile_name(TileShape t) {
+  switch (t) {
+    case TileShape::m128n256: return "128x256";
+    case TileShape::m128n128: return "128x128";
+    case TileShape::m64n128: return "64x128";
+  }
+  return "?";
+}
+
+int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
+
+int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms)); }
+
+std::string GemmPlan::describe() const {
+  return fmt::format("{} tiles, {} split{}, {} units, raster group {}", tile_name(tile), splits, splits == 1 ? "" : "s",
+                     units(), group);
+}
+
+double wave_efficiency(int64_t units, int sms) {
+  const int64_t waves = ceil_div(units, sms);
+  return waves == 0 ? 1.0 : double(units) / double(waves * sms);
+}
+
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands) {
+  GemmPlan plan;
+  plan.operands = operands;
+  plan.k_blocks = ceil_div(k, block_k(operands));
+  auto set_tile = [&](TileShape t) {
+    plan.tile = t;
+    plan.m_tiles = ceil_div(m, tile_m(t));
+    plan.n_tiles = ceil_div(n, tile_n(t));
+  };
+  if (m > kSmallM) {
+    set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);
+    if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
+    const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
+    if (!streams) return plan;
+  }
+  set_tile(TileShape::m64n128);
+  const int64_t tiles = plan.m_tiles * plan.n_tiles;
+  const int max_splits = int(std::clamp<int64_t>(plan.k_blocks / kMinSplitKBlocks, 1, kMaxSplits));
+  int best = 1;
+  for (int s = 1; s <= max_splits; ++s) {
+    const double e = wave_efficiency(tiles * s, sms);
+    if (e >= kMinWaveEfficiency) {
+      best = s;
+      break;
+    }
+    if (e > wave_efficiency(tiles * best, sms) + 1e-9) best = s;
+  }
+  plan.splits = best;
+  return plan;
+}
+
+}  // namespace topt::kernels::gemm

@@ -1,0 +1,55 @@
+// The GEMM core's planner: which tile shape, how many K splits and which rasterization group a
+// problem gets. Host-only and apart from the kernels (DeepGEMM's rule), so that it is unit-tested
+// and can print what it chose; the kernels (sm90_gemm_*.cuh, launched by gemm.cu) take its plan.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace topt::kernels::gemm {
+
+// The tile shapes the core is instantiated for, (BLOCK_M, BLOCK_N), each with its pipeline depth:
+//   128×256, 4 stages (48 KB each): the large-M shape, 2 consumer warpgroups of 64×256;
+//   128×128, 6 stages (32 KB each): medium M, or where 128×256 tiles leave SMs idle;
+//   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
+//            the time, so the ring is deep (128 KB of weights in flight per SM).
+enum class TileShape { m128n256, m128n128, m64n128 };
+// What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
+// of K per row). FP8 accumulates each 128-deep K block apart and promotes it into fp32 registers
+// (twice the accumulators), so its widest tile is 128×128.
+enum class Operands { bf16, e4m3, s8 };
+int block_k(Operands o);  // K per pipeline stage: one 128-byte swizzled row
+int tile_m(TileShape t);
+int tile_n(TileShape t);
+const char* tile_name(TileShape t);
+
+constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
+constexpr int kMinSplitKBlocks = 4;     // the fewest K blocks (256 of K) a split streams
+constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
+constexpr int kSplitMaxM = 128;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
+constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
+constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
+
+struct GemmPlan {
+  Operands operands = Operands::bf16;
+  TileShape tile = TileShape::m128n256;
+  int splits = 1;          // K slices per tile; > 1: fp32 partials in the workspace, then a reduce kernel
+  int group = kRasterGroup;
+  int64_t m_tiles = 0, n_tiles = 0, k_blocks = 0;
+  int64_t units() const { return m_tiles * n_tiles * splits; }  // work items of the persistent grid
+  int grid(int sms) const;                                     // CTAs launched: one per SM at most
+  std::string describe() const;                                // "128x256 tiles, 1 split, 448 units, ..."
+};
+
+// y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
+// M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
+//   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
+//   the weights must stream through every SM.
+// Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
+//   Except up to kSplitMaxM rows where even 128×128 tiles leave half the SMs idle (M = 128 at N = 4096:
+//   32 tiles): the weights' read still sets the time there, so the small-M plan streams them.
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16);
+
+// Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).
+double wave_efficiency(int64_t units, int sms);
+
+}  // namespace topt::kernels::gemm

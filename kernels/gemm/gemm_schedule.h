@@ -1,0 +1,32 @@
+// The persistent grid's work order, shared by the kernels and the unit tests: unit u is split
+// u % splits of tile u / splits, and tiles go in groups of `group` M tiles that walk the N tiles
+// together (Triton's grouped order), so that a wave's CTAs share B tiles and A tiles in L2.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace topt::kernels::gemm {
+
+struct GemmUnit {
+  int m_block, n_block;   // the output tile
+  int k_begin, k_end;     // its K blocks [k_begin, k_end) in this unit
+  int split;              // which K slice (0 when the tile is not split)
+};
+
+__host__ __device__ inline GemmUnit gemm_unit(int u, int m_tiles, int n_tiles, int splits, int group, int k_blocks) {
+  GemmUnit unit;
+  const int tile = u / splits;
+  unit.split = u % splits;
+  const int per_group = group * n_tiles;
+  const int first_m = tile / per_group * group;
+  const int group_m = m_tiles - first_m < group ? m_tiles - first_m : group;  // the last group may be short
+  const int in_group = tile % per_group;
+  unit.m_block = first_m + in_group % group_m;
+  unit.n_block = in_group / group_m;
+  unit.k_begin = int(int64_t(unit.split) * k_blocks / splits);
+  unit.k_end = int(int64_t(unit.split + 1) * k_blocks / splits);
+  return unit;
+}
+
+}  // namespace topt::kernels::gemm

@@ -1,0 +1,76 @@
+// One instantiation of the GEMM core: tile shape, pipeline depth, thread roles and the shared-memory
+// layout they agree on.
+#pragma once
+#include <cstdint>
+
+#include "kernels/gemm/gemm_plan.h"
+#include "kernels/gemm/sm90_gemm_wgmma.cuh"
+
+namespace topt::kernels::gemm {
+
+// The operand types (gemm_plan.h's Operands): the wgmma they take, its accumulator, the K of a stage
+// (one 128-byte swizzled row: 64 bf16 or 128 one-byte elements; 4 wgmma K steps of 32 bytes either
+// way), and whether each stage's products are promoted into separate fp32 accumulators (FP8: the
+// tensor cores' own FP8 accumulation keeps fewer bits than fp32, DeepSeek-V3 §3.3.2).
+struct Bf16Operands {
+  using Mma = sm90::GemmBf16;
+  using Acc = float;
+  static constexpr Operands kKind = Operands::bf16;
+  static constexpr int kBlockK = 64;
+  static constexpr bool kPromote = false;
+};
+struct E4m3Operands {
+  using Mma = sm90::GemmE4m3;
+  using Acc = float;
+  static constexpr Operands kKind = Operands::e4m3;
+  static constexpr int kBlockK = 128;
+  static constexpr bool kPromote = true;
+};
+struct S8Operands {
+  using Mma = sm90::GemmS8;
+  using Acc = int32_t;  // exact: |Σ| <= K · 127² < 2^31 for K < 133k
+  static constexpr Operands kKind = Operands::s8;
+  static constexpr int kBlockK = 128;
+  static constexpr bool kPromote = false;
+};
+
+template <class Operand_, int kBlockM_, int kBlockN_, int kStages_>
+struct GemmConfig {
+  using Operand = Operand_;
+  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
+  static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
+  static_assert(kBlockN == 128 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128 or 256");
+  static constexpr int kConsumers = kBlockM / 64;
+  // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // each releases a stage with one arrival
+  // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 twice, promoted and not):
+  // registers move from the producer (which needs ~30) to them. 40·128 + 232·256 fills the 64K
+  // register file.
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(kConsumers == 1 || kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
+  static_assert(!Operand::kPromote || kBlockN == 128, "promotion doubles the accumulators: 64x128 per consumer");
+
+  // A stage holds A (kBlockM, kBlockK) and B (kBlockN, kBlockK) as TMA writes them with 128-byte
+  // swizzling: rows of 128 bytes (kBlockK elements of K), 8-row atoms of 1024 bytes.
+  static constexpr uint32_t kABytes = kBlockM * 128;
+  static constexpr uint32_t kBBytes = kBlockN * 128;
+  static constexpr uint32_t kStageBytes = kABytes + kBBytes;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
+  // From a 1024-byte-aligned base: the A ring, the B ring, then full[stage] and empty[stage] barriers.
+  static constexpr uint32_t kOffA = 0;
+  static constexpr uint32_t kOffB = kOffA + kStages * kABytes;
+  static constexpr uint32_t kOffBar = kOffB + kStages * kBBytes;
+  static constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
+};
+
+// The plan's tile shapes (gemm_plan.h), each with its depth.
+template <class Operand>
+using GemmConfig128x256 = GemmConfig<Operand, 128, 256, 4>;
+template <class Operand>
+using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6>;
+template <class Operand>
+using GemmConfig64x128 = GemmConfig<Operand, 64, 128, 8>;
+
+}  // namespace topt::kernels::gemm

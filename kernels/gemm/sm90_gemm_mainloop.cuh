@@ -1,0 +1,184 @@
+// The GEMM core's main loop: the TMA producer and the consumer warpgroups.
+//
+// Both walk the same units (gemm_schedule.h): CTA b takes units b, b + gridDim.x, ... (a persistent
+// grid of at most one CTA per SM; every unit costs the same, so a static order balances).
+// The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, kBlockK)
+// and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
+// (every consumer warp done reading). It runs ahead into the next unit while the consumers store
+// this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
+// partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows
+// of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
+// in flight, so a stage is released when the next stage's group is issued; FP8 waits for each stage's
+// group and promotes its products into the fp32 accumulators (times the stage's block scales), the
+// other consumer's MMAs running meanwhile.
+#pragma once
+#include <cstdint>
+
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_schedule.h"
+#include "kernels/gemm/sm90_gemm_config.cuh"
+#include "kernels/gemm/sm90_gemm_epilogue.cuh"
+#include "kernels/sm90/sm90_primitives.cuh"
+
+namespace topt::kernels::gemm {
+
+using namespace topt::kernels::sm90;
+
+template <class C>
+struct GemmBars {
+  uint32_t base;
+  __device__ __forceinline__ uint32_t full(int s) const { return base + 8 * s; }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + 8 * (C::kStages + s); }
+};
+
+template <class C>
+__device__ __forceinline__ void init_gemm_barriers(const GemmBars<C>& b) {
+  for (int s = 0; s < C::kStages; ++s) {
+    mbar_init(b.full(s), 1);
+    mbar_init(b.empty(s), C::kConsumerWarps);
+  }
+  mbar_init_fence();
+}
+
+// Position in the ring: stage and the parity of its current fill.
+template <int kStages>
+struct StagePos {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+__device__ __forceinline__ GemmUnit unit_of(const GemmParams& p, int u) {
+  return gemm_unit(u, p.m_tiles, p.n_tiles, p.splits, p.group, p.k_blocks);
+}
+
+template <class C>
+__device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
+  const GemmBars<C> bars{smem + C::kOffBar};
+  const int units = p.m_tiles * p.n_tiles * p.splits;
+  StagePos<C::kStages> pos;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const GemmUnit unit = unit_of(p, u);
+    for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+      mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
+      mbar_arrive_expect_tx(bars.full(pos.stage), C::kStageBytes);
+      const int k0 = kb * C::Operand::kBlockK;
+      tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), k0,
+                  unit.m_block * C::kBlockM);
+      tma_load_2d(smem + C::kOffB + pos.stage * C::kBBytes, &p.tma_b, bars.full(pos.stage), k0,
+                  unit.n_block * C::kBlockN);
+      pos.advance();
+    }
+  }
+}
+
+// One stage's 4 wgmma (K steps of 32 bytes inside the swizzled rows) into `d`, as one group; the
+// first overwrites d where `overwrite`.
+template <class C, class Acc>
+__device__ __forceinline__ void issue_stage(Acc (&d)[C::kBlockN / 2], uint64_t a_desc, uint64_t b_desc,
+                                            bool overwrite) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    wgmma_gemm<C::kBlockN, typename C::Operand::Mma, Acc>(d, desc_advance(a_desc, kk * 32),
+                                                          desc_advance(b_desc, kk * 32), !(overwrite && kk == 0));
+  wgmma_commit();
+}
+
+// The block scales of stage `kb` for this thread's two rows (r, r + 8): x's per row times W's for
+// the tile's 128 columns (BLOCK_N is 128 under promotion); 1 without block scales.
+__device__ __forceinline__ float2 stage_scales(const GemmParams& p, int64_t r, int n_block, int kb) {
+  if (!p.a_block_scale) return make_float2(1.f, 1.f);
+  const float b = p.b_block_scale[int64_t(n_block) * p.scale_groups + kb];
+  const float a0 = r < p.m ? p.a_block_scale[r * p.scale_groups + kb] : 0.f;
+  const float a1 = r + 8 < p.m ? p.a_block_scale[(r + 8) * p.scale_groups + kb] : 0.f;
+  return make_float2(a0 * b, a1 * b);
+}
+
+// With K split and reduced in the kernel: the last of a tile's splits to arrive (per consumer
+// warpgroup) sums the others' partials and stores the tile; it leaves the counter at zero for the next
+// launch. The partials are visible GPU-wide (each thread's __threadfence) before the count.
+template <class C, class Acc>
+__device__ __forceinline__ void finish_if_last_split(const GemmParams& p, const GemmUnit& unit, int u, int row0,
+                                                     const Acc (&acc)[C::kBlockN / 2]) {
+  __shared__ int last_split;
+  __threadfence();
+  named_sync(1, 128);
+  if (threadIdx.x % 128 == 0) {
+    int* counter = p.tile_counters + u / p.splits;
+    const bool last = atomic_add_acq_rel(counter, 1) == p.splits - 1;
+    if (last) *counter = 0;
+    last_split = last;
+  }
+  named_sync(1, 128);
+  if (last_split) {
+    __threadfence();
+    finish_split_tile<C::kBlockN>(p, unit, row0, acc);
+  }
+}
+
+// Consumer warpgroup `cw` (rows 64·cw .. 64·cw + 63 of each tile).
+template <class C>
+__device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
+  using Acc = typename C::Operand::Acc;
+  constexpr int kAcc = C::kBlockN / 2;
+  const GemmBars<C> bars{smem + C::kOffBar};
+  const int units = p.m_tiles * p.n_tiles * p.splits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart.
+  const uint64_t a_desc0 = sw128_desc(smem + C::kOffA + cw * 64 * 128, 0, 1024);
+  const uint64_t b_desc0 = sw128_desc(smem + C::kOffB, 0, 1024);
+  Acc acc[kAcc];  // (64, kBlockN) of the tile, wgmma's accumulator layout
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
+  StagePos<C::kStages> pos;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const GemmUnit unit = unit_of(p, u);
+    const int row0 = unit.m_block * C::kBlockM + cw * 64;
+    if constexpr (C::Operand::kPromote) {
+      const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
+      float part[kAcc];  // this stage's products, promoted into acc
+      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+        mbar_wait(bars.full(pos.stage), pos.phase);
+        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                       desc_advance(b_desc0, pos.stage * C::kBBytes), true);
+        wgmma_wait<0>();
+        fence_regs(part);
+        if (lane == 0) mbar_arrive(bars.empty(pos.stage));
+        pos.advance();
+        const float2 s = stage_scales(p, r, unit.n_block, kb);
+        const bool first = kb == unit.k_begin;
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
+      }
+    } else {
+      int in_flight = -1;  // the stage whose wgmma group may still be reading it
+      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+        mbar_wait(bars.full(pos.stage), pos.phase);
+        issue_stage<C>(acc, desc_advance(a_desc0, pos.stage * C::kABytes),
+                       desc_advance(b_desc0, pos.stage * C::kBBytes), kb == unit.k_begin);
+        wgmma_wait<1>();  // the previous stage's group is done: release it
+        if (in_flight >= 0 && lane == 0) mbar_arrive(bars.empty(in_flight));
+        in_flight = pos.stage;
+        pos.advance();
+      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      if (lane == 0) mbar_arrive(bars.empty(in_flight));
+    }
+    // K splits run on the one-consumer (small-M) shape only (gemm_plan; prepare_gemm checks): the wide
+    // tiles keep the summing code, and its registers, out of their kernels.
+    const bool split = C::kConsumers == 1 && p.splits > 1;
+    store_accumulators<C::kBlockN>(p, unit, row0, acc, split);
+    if constexpr (C::kConsumers == 1) {
+      if (split && p.tile_counters) finish_if_last_split<C>(p, unit, u, row0, acc);
+    }
+  }
+}
+
+}  // namespace topt::kernels::gemm

@@ -1,0 +1,59 @@
+// GEMM ops (issue 21): registration, and the shape and cost model the ops share, which the unit
+// tests check.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/cublaslt_matmul.h"
+#include "harness/registry.h"
+#include "harness/tensor.h"
+#include "kernels/gemm/gemm.h"
+
+namespace topt::suites {
+
+void register_gemm_bf16(Registry& registry);
+void register_gemm_fp8(Registry& registry);
+void register_gemm_int8(Registry& registry);
+void register_quantize_fp8(Registry& registry);
+void register_quantize_int8(Registry& registry);
+
+// A case's y[M, N] = x[M, K] · W[N, K]ᵀ.
+struct GemmShape {
+  int64_t m, n, k;
+  explicit GemmShape(const Case& c);
+};
+
+// 2·M·N·K FLOPs; x and W read once and y written once at `operand_bytes` per input element and
+// `output_bytes` per output element. reads_only where y is under 2% of the bytes (small M: the
+// weights' read is the traffic).
+Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes);
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
+// "weights": `ours` (`ours_note`; split-K partials summed by a second kernel) and `ours_v2` (summed
+// by each tile's last split inside the GEMM kernel: no second launch). Metrics: `extra_of`'s, if any,
+// then the plan (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid).
+std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
+                                  std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
+                                  std::function<Metrics(const Problem&)> extra_of = {});
+
+// What a cuBLASLt GEMM instance holds beside the library's own state.
+struct LtExtras {
+  std::function<void(cudaStream_t)> after;                // runs after each matmul (INT8's dequantize pass)
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;     // device memory it keeps (counted as its workspace)
+};
+
+// cuBLASLt's `spec` on (a, b) into d, the fastest of its heuristic's candidates timed hot at prepare
+// (outside the timing). Metrics: `extra`, then plan_candidates, plan_algo (the winner's index) and
+// plan_algo_hot_us.
+std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
+                                                 cudaStream_t stream, Metrics extra = {}, LtExtras extras = {});
+
+}  // namespace topt::suites

@@ -1,0 +1,227 @@
+// The GEMM core's host side: the planner's choices, the persistent grid's work order, the cost model,
+// and the shipped configs (their shapes are the Llama-2 layers the presets define).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "harness/config.h"
+#include "harness/presets.h"
+#include "harness/registry.h"
+#include "harness/sweep.h"
+#include "kernels/gemm/gemm_plan.h"
+#include "kernels/gemm/gemm_schedule.h"
+#include "suites/gemm/gemm_suites.h"
+
+namespace topt {
+namespace {
+
+using kernels::gemm::GemmPlan;
+using kernels::gemm::plan_gemm;
+using kernels::gemm::TileShape;
+using kernels::gemm::wave_efficiency;
+
+constexpr int kH100Sms = 132;
+
+TEST(GemmPlan, DecodeStreamsTheWeightsThroughEverySm) {
+  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms);
+  EXPECT_EQ(p.tile, TileShape::m64n128);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.units(), 128);
+  EXPECT_EQ(p.grid(kH100Sms), 128);
+  // 70B QKV at M = 16: 80 tiles; 2 splits make 160 (61% of two waves), 3 make 240 (91%).
+  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms).splits, 3);
+}
+
+TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
+  for (int64_t k : {64, 200, 256, 512, 4096, 28672})
+    for (int64_t n : {128, 1000, 4096, 57344})
+      for (int64_t m : {1, 17, 64}) {
+        SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
+        const GemmPlan p = plan_gemm(m, n, k, kH100Sms);
+        EXPECT_EQ(p.tile, TileShape::m64n128);
+        EXPECT_GE(p.splits, 1);
+        EXPECT_LE(p.splits, kernels::gemm::kMaxSplits);
+        if (p.splits > 1) EXPECT_GE(p.k_blocks / p.splits, kernels::gemm::kMinSplitKBlocks);
+        // No split count within the limits fills the waves better where the chosen one misses the aim.
+        const int64_t tiles = p.m_tiles * p.n_tiles;
+        if (wave_efficiency(p.units(), kH100Sms) < kernels::gemm::kMinWaveEfficiency)
+          for (int s = 1; s <= kernels::gemm::kMaxSplits && p.k_blocks / s >= kernels::gemm::kMinSplitKBlocks; ++s)
+            EXPECT_LE(wave_efficiency(tiles * s, kH100Sms), wave_efficiency(p.units(), kH100Sms) + 1e-9) << s;
+      }
+  // K of one block cannot be split.
+  EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms).splits, 1);
+}
+
+TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
+  const GemmPlan big = plan_gemm(8192, 8192, 8192, kH100Sms);
+  EXPECT_EQ(big.tile, TileShape::m128n256);
+  EXPECT_EQ(big.splits, 1);
+  EXPECT_EQ(big.units(), 64 * 32);
+  // M = 256, N = 4096: 32 tiles of 128x256 would leave 100 SMs idle; 128x128 makes 64.
+  const GemmPlan mid = plan_gemm(256, 4096, 4096, kH100Sms);
+  EXPECT_EQ(mid.tile, TileShape::m128n128);
+  EXPECT_EQ(mid.splits, 1);
+  // M = 128, N = 4096: even 128x128 makes only 32 tiles; the weights stream as at decode, through
+  // 64x128 tiles (2 x 32) split twice: 128 units.
+  const GemmPlan m128 = plan_gemm(128, 4096, 4096, kH100Sms);
+  EXPECT_EQ(m128.tile, TileShape::m64n128);
+  EXPECT_EQ(m128.splits, 2);
+  EXPECT_EQ(m128.units(), 128);
+  // ... but not where 128x128 tiles fill the GPU (70B gate+up: 448 tiles).
+  EXPECT_EQ(plan_gemm(128, 57344, 8192, kH100Sms).tile, TileShape::m128n256);
+  EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms).tile, TileShape::m128n256);  // 224 tiles
+  EXPECT_NE(big.describe().find("128x256"), std::string::npos);
+}
+
+TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
+  using kernels::gemm::Operands;
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::bf16).k_blocks, 128);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).k_blocks, 64);
+  // FP8 promotes each stage into a second set of accumulators: 64x128 per consumer at most.
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
+  // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3);
+  EXPECT_EQ(p.k_blocks, 32);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(p.operands, Operands::e4m3);
+}
+
+TEST(GemmSchedule, EveryTileAndSplitIsOneUnitAndSplitsCoverK) {
+  for (int m_tiles : {1, 3, 8, 13})
+    for (int n_tiles : {1, 5, 16})
+      for (int splits : {1, 3})
+        for (int group : {1, 8}) {
+          SCOPED_TRACE(testing::Message() << m_tiles << "x" << n_tiles << " tiles, " << splits << " splits, group "
+                                          << group);
+          const int k_blocks = 10;
+          std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> k_ranges;  // tile -> its [begin, end)s
+          for (int u = 0; u < m_tiles * n_tiles * splits; ++u) {
+            const auto unit = kernels::gemm::gemm_unit(u, m_tiles, n_tiles, splits, group, k_blocks);
+            ASSERT_GE(unit.m_block, 0);
+            ASSERT_LT(unit.m_block, m_tiles);
+            ASSERT_GE(unit.n_block, 0);
+            ASSERT_LT(unit.n_block, n_tiles);
+            ASSERT_LT(unit.k_begin, unit.k_end);
+            k_ranges[{unit.m_block, unit.n_block}].push_back({unit.k_begin, unit.k_end});
+          }
+          ASSERT_EQ(int(k_ranges.size()), m_tiles * n_tiles);
+          for (auto& [tile, ranges] : k_ranges) {
+            ASSERT_EQ(int(ranges.size()), splits);
+            std::sort(ranges.begin(), ranges.end());
+            int next = 0;
+            for (auto [b, e] : ranges) {
+              EXPECT_EQ(b, next);
+              next = e;
+            }
+            EXPECT_EQ(next, k_blocks);
+          }
+        }
+}
+
+TEST(GemmSchedule, AGroupsTilesWalkTheColumnsTogether) {
+  // 16 M tiles in groups of 8: the first 8 units are column 0 of M tiles 0..7, the next 8 column 1.
+  for (int u = 0; u < 16; ++u) {
+    const auto unit = kernels::gemm::gemm_unit(u, 16, 4, 1, 8, 1);
+    EXPECT_EQ(unit.m_block, u % 8);
+    EXPECT_EQ(unit.n_block, u / 8);
+  }
+  // The last group is short (13 M tiles: 8, then 5) and still walks every column.
+  const auto last = kernels::gemm::gemm_unit(8 * 4 + 5 * 4 - 1, 13, 4, 1, 8, 1);
+  EXPECT_EQ(last.m_block, 12);
+  EXPECT_EQ(last.n_block, 3);
+}
+
+Case gemm_case(int64_t m, int64_t n, int64_t k) {
+  Case c{"gemm_bf16", {}, DType::bf16};
+  c.params.set("m", m);
+  c.params.set("n", n);
+  c.params.set("k", k);
+  return c;
+}
+
+TEST(GemmCost, FlopsAndBytesOfTheTnGemm) {
+  const Cost c = builtin_registry().find("gemm_bf16")->cost(gemm_case(16, 4096, 11008));
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 16 * 4096 * 11008);
+  EXPECT_DOUBLE_EQ(c.bytes, (16.0 * 11008 + 4096.0 * 11008 + 16.0 * 4096) * 2);
+  EXPECT_TRUE(c.reads_only);  // y is 0.1% of the bytes
+  EXPECT_FALSE(builtin_registry().find("gemm_bf16")->cost(gemm_case(2048, 4096, 4096)).reads_only);
+}
+
+TEST(GemmCost, InvalidShapesAreNamed) {
+  const OpDef* op = builtin_registry().find("gemm_bf16");
+  EXPECT_EQ(op->invalid(gemm_case(1, 1, 1)), "");
+  EXPECT_NE(op->invalid(gemm_case(0, 4096, 4096)), "");
+  EXPECT_NE(op->invalid(gemm_case(1, 4096, 0)), "");
+}
+
+// (n, k) of the four linear layers of each Llama-2 preset: QKV (GQA), O, gate+up fused, down.
+std::set<std::pair<int64_t, int64_t>> llama_layer_shapes() {
+  std::set<std::pair<int64_t, int64_t>> shapes;
+  for (const ModelPreset& p : model_presets()) {
+    std::map<std::string, int64_t> f(p.fields.begin(), p.fields.end());
+    const int64_t hidden = f["hidden"], ffn = f["ffn"];
+    shapes.insert({hidden + 2 * f["kv_heads"] * f["head_dim"], hidden});
+    shapes.insert({hidden, hidden});
+    shapes.insert({2 * ffn, hidden});
+    shapes.insert({hidden, ffn});
+  }
+  return shapes;
+}
+
+TEST(GemmConfigs, EveryOpSweepsTheLlamaLayersAtEveryTokenCount) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm.yaml", builtin_registry());
+  const auto cases = expand_sweep(cfg, builtin_registry());
+  // (op and scaling) -> (n, k) -> the token counts it runs at
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>> swept;
+  for (const PlannedCase& pc : cases) {
+    if (pc.c.op.rfind("gemm_", 0) != 0) continue;  // the quantize ops
+    const suites::GemmShape s(pc.c);
+    const std::string variant = pc.c.op + (pc.c.params.has("scaling") ? "/" + pc.c.params.s("scaling") : "");
+    swept[variant][{s.n, s.k}].insert(s.m);
+  }
+  EXPECT_EQ(swept.size(), 4u);  // bf16, fp8/tensor, fp8/block, int8
+  for (auto& [variant, layers] : swept) {
+    std::set<std::pair<int64_t, int64_t>> shapes;
+    for (auto& [layer, ms] : layers) {
+      shapes.insert(layer);
+      EXPECT_EQ(ms, (std::set<int64_t>{1, 16, 64, 128, 512, 2048, 8192}))
+          << variant << " " << layer.first << "x" << layer.second;
+    }
+    EXPECT_EQ(shapes, llama_layer_shapes()) << variant;
+    // 70B's O at M = 8192 is the square 8192³.
+    EXPECT_TRUE(layers.count({8192, 8192}) && layers.at({8192, 8192}).count(8192)) << variant;
+  }
+}
+
+TEST(GemmConfigs, QuantizeOpsRunAtEachModelsHiddenSize) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm.yaml", builtin_registry());
+  std::map<std::string, std::set<int64_t>> hidden;
+  for (const PlannedCase& pc : expand_sweep(cfg, builtin_registry()))
+    if (pc.c.op.rfind("quantize_", 0) == 0) hidden[pc.c.op].insert(pc.c.params.i("hidden"));
+  for (const char* op : {"quantize_fp8", "quantize_int8"})
+    EXPECT_EQ(hidden[op], (std::set<int64_t>{4096, 5120, 8192})) << op;
+}
+
+TEST(QuantizeCost, ReadsXOnceAndWritesCodesAndScales) {
+  Case c{"quantize_fp8", {}, DType::bf16};
+  c.params.set("tokens", int64_t(16));
+  c.params.set("hidden", int64_t(4096));
+  const Cost cost = builtin_registry().find("quantize_fp8")->cost(c);
+  EXPECT_DOUBLE_EQ(cost.bytes, 16.0 * 4096 * 3 + 16.0 * 32 * 4);
+  c.op = "quantize_int8";
+  EXPECT_DOUBLE_EQ(builtin_registry().find("quantize_int8")->cost(c).bytes, 16.0 * 4096 * 3 + 16.0 * 4);
+}
+
+TEST(GemmConfigs, QuickSweepParses) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_quick.yaml", builtin_registry());
+  EXPECT_FALSE(expand_sweep(cfg, builtin_registry()).empty());
+}
+
+}  // namespace
+}  // namespace topt
