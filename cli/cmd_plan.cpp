@@ -45,7 +45,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                    si(pc.cost.flops, "FLOP"), si(pc.cost.bytes, "B"));
         for (auto& pi : pc.impls) {
           if (pi.skip_reason.empty()) ++runs;
-          const char* runs_as = pi.impl->chooses_plan ? "runs, the fastest of its library's plans (timed at its first launch)" : "runs";
+          const char* runs_as = pi.impl->chooses_plan ? "runs, the fastest of its library's plans (each timed once before the timing)" : "runs";
           fmt::print("    {:<12}{} {}\n", pi.impl->name, pi.is_baseline ? " (baseline)" : "",
                      pi.skip_reason.empty() ? runs_as : "unsupported: " + pi.skip_reason);
         }

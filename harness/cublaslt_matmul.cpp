@@ -1,9 +1,9 @@
 #include "harness/cublaslt_matmul.h"
 
 #include <algorithm>
+#include <string>
 
 #include "harness/cuda_check.h"
-#include "harness/stats.h"
 
 namespace topt {
 
@@ -79,30 +79,14 @@ std::vector<double> LtMatmul::choose_fastest(const LaunchTimer& time_us, const v
   return times;
 }
 
-double time_hot_us(const std::function<void(cudaStream_t)>& run, cudaStream_t stream, int reps) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> samples;
-  try {
-    run(stream);
-    for (int i = 0; i < reps; ++i) {
-      CUDA_CHECK(cudaEventRecord(start, stream));
-      run(stream);
-      CUDA_CHECK(cudaEventRecord(stop, stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      samples.push_back(ms * 1e3);
-    }
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median_of(samples);
+PlanChoice LtMatmul::plan_choice() const {
+  int algo_id = -1;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&candidates_[size_t(chosen_)].algo, CUBLASLT_ALGO_CONFIG_ID,
+                                                    &algo_id, sizeof(algo_id), &written));
+  return {"heuristic candidate " + std::to_string(chosen_) + " (algo " + std::to_string(algo_id) + ")",
+          candidates()};
 }
+
 
 }  // namespace topt

@@ -9,6 +9,8 @@
 #include <functional>
 #include <vector>
 
+#include "harness/plan_choice.h"
+
 namespace topt {
 
 // D[m, n] = alpha · op(A)[m, k] · B[k, n] in cuBLAS's column-major terms; op(A) = Aᵀ with trans_a
@@ -48,6 +50,8 @@ class LtMatmul {
   std::vector<double> choose_fastest(const LaunchTimer& time_us, const void* a, const void* b, void* d,
                                      void* workspace);
   int chosen() const { return chosen_; }
+  // The chosen candidate as a PlanChoice: its heuristic rank and cuBLASLt's algorithm id.
+  PlanChoice plan_choice() const;
   void run_chosen(const void* a, const void* b, void* d, void* workspace, cudaStream_t stream) const {
     run(chosen_, a, b, d, workspace, stream);
   }
@@ -62,9 +66,5 @@ class LtMatmul {
   int chosen_ = 0;
   void destroy();
 };
-
-// The median of `reps` hot launches timed with CUDA events on `stream`, after one warm-up launch
-// (synchronizes): cheap enough to pick a library's algorithm while an implementation is prepared.
-double time_hot_us(const std::function<void(cudaStream_t)>& run, cudaStream_t stream, int reps = 5);
 
 }  // namespace topt

@@ -148,7 +148,7 @@ struct Impl {
   // The problem's ReadBound this implementation is held to ("": none): its row gets read_bound_us and
   // pct_of_read_bound.
   std::string read_bound;
-  // It times every plan its library's heuristics offer at its first launch and keeps the fastest
+  // It times every plan its library's heuristics offer before the timing and keeps the fastest
   // (Instance::plan_choice); `topt plan` says so.
   bool chooses_plan = false;
 };

@@ -4,7 +4,6 @@
 #pragma once
 #include <cudnn_frontend.h>
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -56,40 +55,29 @@ class TunedGraph {
   const PlanChoice& choice() const { return choice_; }
 
  private:
-  // Each plan once to warm up, then the median of kRuns launches by CUDA events (hot cache: the
-  // plans differ in their work, not in what the cache holds for them). Plans that fail to run are
-  // passed over.
+  // Each plan's time by time_hot_us (plan_choice.h); plans that fail to run are passed over.
   void choose(cudnnHandle_t h, void** ptrs, int n, void* workspace, cudaStream_t stream, const char* op) const {
-    constexpr int kRuns = 5;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone)
       throw std::logic_error(std::string("cuDNN ") + op + ": the plan choice cannot run inside a stream capture");
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    float best_ms = 0;
+    struct PlanFailed {};
+    double best_us = 0;
     for (int64_t i = 0; i < graph.get_execution_plan_count(); ++i) {
-      if (graph.execute_plan_at_index(h, ptrs, n, workspace, i).is_bad()) continue;
-      std::vector<float> ms(kRuns);
-      bool ran = true;
-      for (float& t : ms) {
-        CUDA_CHECK(cudaEventRecord(start, stream));
-        ran = ran && graph.execute_plan_at_index(h, ptrs, n, workspace, i).is_good();
-        CUDA_CHECK(cudaEventRecord(stop, stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      double us = 0;
+      try {
+        us = time_hot_us([&](cudaStream_t) {
+          if (graph.execute_plan_at_index(h, ptrs, n, workspace, i).is_bad()) throw PlanFailed{};
+        }, stream);
+      } catch (const PlanFailed&) {
+        continue;
       }
-      if (!ran) continue;
-      std::nth_element(ms.begin(), ms.begin() + kRuns / 2, ms.end());
       ++choice_.tried;
-      if (index_ < 0 || ms[kRuns / 2] < best_ms) {
-        best_ms = ms[kRuns / 2];
+      if (index_ < 0 || us < best_us) {
+        best_us = us;
         index_ = i;
       }
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     if (index_ < 0) throw std::runtime_error(std::string("cuDNN ") + op + ": none of its built plans ran");
     require(graph.get_plan_name_at_index(index_, choice_.name), op);
   }

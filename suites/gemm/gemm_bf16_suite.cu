@@ -118,8 +118,8 @@ class CublasLtGemm : public Instance {
                LtExtras extras)
       : a_(a), b_(b), d_(d), matmul_(spec), workspace_(spec.workspace_bytes, "cuBLASLt workspace"),
         extra_(std::move(extra)), extras_(std::move(extras)) {
-    times_ = matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, a, b, d,
-                                    workspace_.get());
+    matmul_.choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, a, b, d,
+                           workspace_.get());
   }
   void launch(cudaStream_t s) override {
     matmul_.run_chosen(a_, b_, d_, workspace_.get(), s);
@@ -130,13 +130,8 @@ class CublasLtGemm : public Instance {
     for (auto& b : extras_.buffers) bytes += b->bytes();
     return bytes;
   }
-  Metrics metrics() const override {
-    Metrics m = extra_;
-    m.insert(m.end(), {{"plan_candidates", matmul_.candidates()},
-                       {"plan_algo", matmul_.chosen()},
-                       {"plan_algo_hot_us", times_[size_t(matmul_.chosen())]}});
-    return m;
-  }
+  Metrics metrics() const override { return extra_; }
+  PlanChoice plan_choice() const override { return matmul_.plan_choice(); }
 
  private:
   const void *a_, *b_;
@@ -145,7 +140,6 @@ class CublasLtGemm : public Instance {
   DeviceBuffer workspace_;
   Metrics extra_;
   LtExtras extras_;
-  std::vector<double> times_;
 };
 
 }  // namespace
@@ -213,7 +207,7 @@ void register_gemm_bf16(Registry& registry) {
                         spec.trans_a = true;
                         return cublaslt_gemm_instance(spec, q.w->data, q.x->data, q.y->data, s);
                       },
-                      "weights"});
+                      "weights", true});
   for (Impl& impl : core_gemm_impls(
            "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped tiles; "
            "small M: 64x128 tiles and split-K (gemm_plan)",

@@ -306,7 +306,7 @@ Impl cublaslt_impl(const char* note, std::function<std::string(const Case&)> uns
           [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
             return cublaslt_quant_gemm(as_quant(p), s);
           },
-          "weights"};
+          "weights", true};
 }
 
 }  // namespace

@@ -51,8 +51,7 @@ struct LtExtras {
 };
 
 // cuBLASLt's `spec` on (a, b) into d, the fastest of its heuristic's candidates timed hot at prepare
-// (outside the timing). Metrics: `extra`, then plan_candidates, plan_algo (the winner's index) and
-// plan_algo_hot_us.
+// (outside the timing). Metrics: `extra`; the winner is its plan_choice().
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
                                                  cudaStream_t stream, Metrics extra = {}, LtExtras extras = {});
 
