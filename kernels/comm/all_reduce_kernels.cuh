@@ -67,7 +67,8 @@ __device__ __forceinline__ PackSum<T> sum_pushed(const CommView& v, uint32_t epo
 #pragma unroll
   for (int s = 0; s < kMaxRanks; ++s) {
     if (s >= v.world) break;
-    acc.add(s == v.rank ? own : slot_ptr<const Pack<T>>(v, v.rank, epoch, Area::pushed, s)[i]);
+    if (s == v.rank) acc.add(own);
+    else acc.add(slot_ptr<const Pack<T>>(v, v.rank, epoch, Area::pushed, s)[i]);
   }
   return acc;
 }
