@@ -6,7 +6,8 @@
 //
 // Elements are handled in 16-byte packs; the array's last pack may be partial (clipped loads and
 // stores), so any count works. Block b handles packs b·threads + t + k·(grid·threads) of each range it
-// walks, identically on every rank: what the per-block barriers rely on (comm_sync.cuh).
+// walks (for_each_pack), identically on every rank: what the per-block barriers rely on
+// (comm_sync.cuh).
 #pragma once
 #include <cstdint>
 
@@ -73,8 +74,24 @@ __device__ __forceinline__ PackSum<T> sum_pushed(const CommView& v, uint32_t epo
   return acc;
 }
 
-__device__ __forceinline__ int64_t first_pack() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t pack_stride() { return int64_t(gridDim.x) * blockDim.x; }
+// Packs this thread walks among [0, n): b·threads + t + k·(grid·threads). kUnroll of them at a time,
+// all produced (loaded) before any is consumed (stored), so that each thread keeps kUnroll loads in
+// flight: a grid-stride loop of one pack waits out a load's latency per store.
+template <int kUnroll, class Produce, class Consume>
+__device__ __forceinline__ void for_each_pack(int64_t n, Produce&& produce, Consume&& consume) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; base < n; base += kUnroll * stride) {
+    decltype(produce(base)) p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < n) p[u] = produce(base + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < n) consume(base + u * stride, p[u]);
+  }
+}
+// Copies hold 4 packs in flight per thread; reductions 2, each of which is `world` loads.
+constexpr int kCopyUnroll = 4, kReduceUnroll = 2;
 
 // Every rank pushes its whole input into slot `rank` of each peer, then reduces all slots locally.
 // Per rank: (world − 1)·bytes over NVLink, one barrier.
@@ -83,16 +100,18 @@ __global__ void __launch_bounds__(kAllReduceThreads) one_shot_kernel(const CommV
                                                                      int64_t count) {
   const uint32_t epoch = launch_epoch(v);
   const int64_t packs = (count + Pack<T>::kElems - 1) / Pack<T>::kElems;
-  for (int64_t i = first_pack(); i < packs; i += pack_stride()) {
-    const Pack<T> x = load_clipped(in, i, count);
-    for (int k = 1; k < v.world; ++k) {  // peers in rotated order: ranks start on different links
-      const int q = (v.rank + k) % v.world;
-      slot_ptr<Pack<T>>(v, q, epoch, Area::pushed, v.rank)[i] = x;
-    }
-  }
+  for_each_pack<kCopyUnroll>(
+      packs, [&](int64_t i) { return load_clipped(in, i, count); },
+      [&](int64_t i, const Pack<T>& x) {
+        for (int k = 1; k < v.world; ++k) {  // peers in rotated order: ranks start on different links
+          const int q = (v.rank + k) % v.world;
+          slot_ptr<Pack<T>>(v, q, epoch, Area::pushed, v.rank)[i] = x;
+        }
+      });
   cross_rank_barrier(v, 0, epoch);
-  for (int64_t i = first_pack(); i < packs; i += pack_stride())
-    store_clipped(out, i, count, sum_pushed(v, epoch, i, load_clipped(in, i, count)).rounded());
+  for_each_pack<kReduceUnroll>(
+      packs, [&](int64_t i) { return sum_pushed(v, epoch, i, load_clipped(in, i, count)).rounded(); },
+      [&](int64_t i, const Pack<T>& r) { store_clipped(out, i, count, r); });
   finish_launch(v);
 }
 
@@ -111,27 +130,32 @@ __global__ void __launch_bounds__(kAllReduceThreads) two_shot_kernel(const CommV
   for (int k = 1; k < v.world; ++k) {
     const int q = (v.rank + k) % v.world;
     Pack<T>* dst = slot_ptr<Pack<T>>(v, q, epoch, Area::pushed, v.rank);
-    const int64_t begin = seg_begin(q), n = seg_packs(q);
-    for (int64_t i = first_pack(); i < n; i += pack_stride()) dst[i] = load_clipped(in, begin + i, count);
+    const int64_t begin = seg_begin(q);
+    for_each_pack<kCopyUnroll>(
+        seg_packs(q), [&](int64_t i) { return load_clipped(in, begin + i, count); },
+        [&](int64_t i, const Pack<T>& x) { dst[i] = x; });
   }
   cross_rank_barrier(v, 0, epoch);
 
-  const int64_t mine = seg_begin(v.rank), n_mine = seg_packs(v.rank);
-  for (int64_t i = first_pack(); i < n_mine; i += pack_stride()) {
-    const Pack<T> r = sum_pushed(v, epoch, i, load_clipped(in, mine + i, count)).rounded();
-    store_clipped(out, mine + i, count, r);
-    for (int k = 1; k < v.world; ++k) {
-      const int q = (v.rank + k) % v.world;
-      slot_ptr<Pack<T>>(v, q, epoch, Area::reduced, v.rank)[i] = r;
-    }
-  }
+  const int64_t mine = seg_begin(v.rank);
+  for_each_pack<kReduceUnroll>(
+      seg_packs(v.rank), [&](int64_t i) { return sum_pushed(v, epoch, i, load_clipped(in, mine + i, count)).rounded(); },
+      [&](int64_t i, const Pack<T>& r) {
+        store_clipped(out, mine + i, count, r);
+        for (int k = 1; k < v.world; ++k) {
+          const int q = (v.rank + k) % v.world;
+          slot_ptr<Pack<T>>(v, q, epoch, Area::reduced, v.rank)[i] = r;
+        }
+      });
   cross_rank_barrier(v, 1, epoch);
 
   for (int k = 1; k < v.world; ++k) {
     const int q = (v.rank + k) % v.world;
     const Pack<T>* src = slot_ptr<const Pack<T>>(v, v.rank, epoch, Area::reduced, q);
-    const int64_t begin = seg_begin(q), n = seg_packs(q);
-    for (int64_t i = first_pack(); i < n; i += pack_stride()) store_clipped(out, begin + i, count, src[i]);
+    const int64_t begin = seg_begin(q);
+    for_each_pack<kCopyUnroll>(
+        seg_packs(q), [&](int64_t i) { return src[i]; },
+        [&](int64_t i, const Pack<T>& x) { store_clipped(out, begin + i, count, x); });
   }
   finish_launch(v);
 }

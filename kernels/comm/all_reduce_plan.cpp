@@ -10,6 +10,7 @@
 namespace topt::kernels::comm {
 
 namespace {
+constexpr size_t kOneShotMaxBytesWorld2 = 4 * 1024 * 1024;
 constexpr size_t kOneShotMaxBytesWorld4 = 512 * 1024;
 constexpr size_t kOneShotMaxBytesWorld8 = 256 * 1024;
 
@@ -26,8 +27,8 @@ const char* algo_name(AllReduceAlgo algo) {
 }
 
 AllReduceAlgo choose_all_reduce_algo(size_t bytes, int world) {
-  if (world <= 2) return AllReduceAlgo::one_shot;
-  const size_t one_shot_max = world <= 4 ? kOneShotMaxBytesWorld4 : kOneShotMaxBytesWorld8;
+  const size_t one_shot_max =
+      world <= 2 ? kOneShotMaxBytesWorld2 : world <= 4 ? kOneShotMaxBytesWorld4 : kOneShotMaxBytesWorld8;
   return bytes <= one_shot_max ? AllReduceAlgo::one_shot : AllReduceAlgo::two_shot;
 }
 

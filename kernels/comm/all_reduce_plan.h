@@ -13,12 +13,17 @@ const char* algo_name(AllReduceAlgo algo);
 
 // The algorithm for `bytes` per rank over `world` ranks (never `automatic`).
 //
-// An unmeasured first guess, to be replaced by the thresholds the 2×H200 runs show: one-shot moves
-// (world − 1)·bytes per rank over NVLink behind one barrier, two-shot 2·(world − 1)/world·bytes behind
-// two. At world 2 both move the same bytes, so one-shot (one fewer barrier) at every size. Beyond,
-// one-shot's extra bytes, (world − 1)(world − 2)/world·bytes, outweigh one barrier (~1-2 µs) once they
-// take that long at the ~400 GB/s a GPU pushes over NVLink: from a few hundred KB; vLLM's custom
-// all-reduce switches at 512 KB for 4 ranks and 256 KB for 8, which we start from.
+// An unmeasured first guess, to be replaced by the thresholds the 2×H200 runs show. One-shot pushes
+// (world − 1)·bytes per rank over NVLink behind one barrier, then reduces locally (world + 1 reads and
+// a write of `bytes` from HBM, after the NVLink phase: nothing overlaps it). Two-shot pushes
+// 2·(world − 1)/world·bytes behind two barriers, and its reduce phase overlaps the all-gather's
+// pushes; only its final local copy (bytes·(world − 1)/world) stands alone.
+// - world 2: both push the same bytes. At ~400 GB/s per direction and ~3.5 TB/s local, one-shot
+//   costs bytes/400 + 3·bytes/3500, two-shot bytes/400 + bytes/3500 + a barrier (~1.5 µs): equal
+//   near 3 MB. One-shot up to 4 MB.
+// - world 4, 8: one-shot's extra NVLink bytes, (world − 1)(world − 2)/world·bytes, outweigh a barrier
+//   from a few hundred KB; vLLM's custom all-reduce switches at 512 KB for 4 ranks and 256 KB for 8,
+//   which we start from.
 AllReduceAlgo choose_all_reduce_algo(size_t bytes, int world);
 
 struct AllReducePlan {

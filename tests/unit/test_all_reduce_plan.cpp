@@ -4,20 +4,20 @@
 
 #include <stdexcept>
 
+#include "harness/cuda_check.h"
 #include "kernels/comm/all_reduce_plan.h"
 #include "kernels/comm/comm_view.h"
+#include "kernels/comm/ipc_workspace.h"
 
 namespace topt::kernels::comm {
 namespace {
 
 constexpr size_t kKB = 1024, kMB = 1024 * kKB, kGB = 1024 * kMB;
 
-TEST(AllReducePlan, TwoRanksTakeOneShotAtEverySize) {
-  for (size_t bytes : {4 * kKB, 256 * kKB, 64 * kMB, kGB}) EXPECT_EQ(choose_all_reduce_algo(bytes, 2), AllReduceAlgo::one_shot);
-  EXPECT_EQ(choose_all_reduce_algo(kGB, 1), AllReduceAlgo::one_shot);
-}
-
-TEST(AllReducePlan, MoreRanksSwitchToTwoShotPastTheirThreshold) {
+TEST(AllReducePlan, EachWorldSwitchesToTwoShotPastItsThreshold) {
+  for (size_t bytes : {4 * kKB, 256 * kKB, 4 * kMB}) EXPECT_EQ(choose_all_reduce_algo(bytes, 2), AllReduceAlgo::one_shot);
+  EXPECT_EQ(choose_all_reduce_algo(4 * kMB + 1, 2), AllReduceAlgo::two_shot);
+  EXPECT_EQ(choose_all_reduce_algo(kGB, 2), AllReduceAlgo::two_shot);
   EXPECT_EQ(choose_all_reduce_algo(512 * kKB, 4), AllReduceAlgo::one_shot);
   EXPECT_EQ(choose_all_reduce_algo(512 * kKB + 1, 4), AllReduceAlgo::two_shot);
   EXPECT_EQ(choose_all_reduce_algo(256 * kKB, 8), AllReduceAlgo::one_shot);
@@ -86,6 +86,25 @@ TEST(AllReducePlan, DescribeNamesTheChoice) {
   const std::string d = describe(plan_all_reduce(kGB / 2, 2, 4, AllReduceAlgo::automatic, 16 * kMB, 132));
   EXPECT_NE(d.find("two_shot"), std::string::npos) << d;
   EXPECT_NE(d.find("blocks"), std::string::npos) << d;
+}
+
+// A group that only states its size: the workspace must refuse it before any exchange or CUDA call.
+struct SizeOnlyGroup : ProcessGroup {
+  explicit SizeOnlyGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::vector<std::string> all_gather(const std::string&) override { throw std::logic_error("no exchange expected"); }
+  int size_;
+};
+
+TEST(IpcWorkspace, RefusesMoreRanksThanTheFlagsHold) {
+  SizeOnlyGroup nine(kMaxRanks + 1);
+  try {
+    IpcWorkspace::create(nine, kMB);
+    ADD_FAILURE() << "a world of " << kMaxRanks + 1 << " was accepted";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 9"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
