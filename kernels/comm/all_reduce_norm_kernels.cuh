@@ -1,0 +1,69 @@
+// All-reduce + residual add + RMSNorm in one kernel, as a tensor-parallel decode step needs after its
+// row-parallel GEMM: h = residual + Σ_ranks partial (written: the new residual stream), y = rms(h)·w.
+// One-shot form (comm_sync.cuh, all_reduce_kernels.cuh): each block pushes its rows of `partial` to
+// every peer, waits at one barrier, then sums each row from the local slots and normalizes it in
+// registers, with the row kernels' pieces (kernels/norm/row_tile.cuh); no second pass over h.
+#pragma once
+#include "kernels/comm/comm_sync.cuh"
+#include "kernels/norm/row_tile.cuh"
+
+namespace topt::kernels::comm {
+
+template <class T>
+struct AllReduceNormArgs {
+  const T* partial;   // [tokens, hidden]: this rank's partial sums
+  const T* residual;  // [tokens, hidden]
+  const T* weight;    // [hidden]
+  T* residual_out;    // [tokens, hidden]: h
+  T* y;               // [tokens, hidden]
+  int tokens, hidden;
+  float eps;
+};
+
+// Block b takes rows b, b + grid, ...: the same rows on every rank, in both phases.
+template <class T, int kVec, int kVpt>
+__global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(const CommView v,
+                                                                                const AllReduceNormArgs<T> a) {
+  using Frag = RowFragment<T, kVec, kVpt>;
+  const uint32_t epoch = launch_epoch(v);
+  const int n_vec = a.hidden / kVec;
+  auto row_offset = [&](int row) { return size_t(row) * a.hidden; };
+
+  for (int row = blockIdx.x; row < a.tokens; row += gridDim.x) {
+    Frag p;
+    p.load(a.partial + row_offset(row), n_vec, 0.f);
+    for (int k = 1; k < v.world; ++k) {
+      const int q = (v.rank + k) % v.world;
+      p.store(slot_ptr<T>(v, q, epoch, Area::pushed, v.rank) + row_offset(row), n_vec);
+    }
+  }
+  Frag w;  // loaded while the peers' rows are on their way
+  w.load(a.weight, n_vec, 0.f);
+  cross_rank_barrier(v, 0, epoch);
+
+  for (int row = blockIdx.x; row < a.tokens; row += gridDim.x) {
+    const size_t offset = row_offset(row);
+    float acc[kVpt][kVec] = {};
+    // Ranks in rank order on every rank, then the residual: every rank's h has the same bits.
+#pragma unroll
+    for (int s = 0; s < kMaxRanks; ++s) {
+      if (s >= v.world) break;
+      Frag term;
+      term.load((s == v.rank ? a.partial : slot_ptr<const T>(v, v.rank, epoch, Area::pushed, s)) + offset, n_vec, 0.f);
+      for_each_element<kVpt, kVec>([&](int i, int j) { acc[i][j] += term.at(i, j); });
+    }
+    Frag h;
+    h.load(a.residual + offset, n_vec, 0.f);
+    // h is rounded to T before it is normalized, as the unfused add + norm does (kernels/norm/norm.cuh).
+    h.assign([&](int i, int j) { return acc[i][j] + h.at(i, j); });
+    h.store(a.residual_out + offset, n_vec);
+    float sum_sq = 0.f;  // lanes past the row hold zeros
+    for_each_element<kVpt, kVec>([&](int i, int j) { sum_sq += h.at(i, j) * h.at(i, j); });
+    h.keep_packed();
+    const float inv_rms = rsqrtf(block_sum(sum_sq) / a.hidden + a.eps);
+    store_row<T, kVec, kVpt>(a.y + offset, n_vec, [&](int i, int j) { return h.at(i, j) * inv_rms * w.at(i, j); });
+  }
+  finish_launch(v);
+}
+
+}  // namespace topt::kernels::comm
