@@ -350,7 +350,7 @@ class CollectiveRankRunner {
       const bool lost = run_impl(pc, *pi, *problem, ref, r);
       if (r.time_us) {
         if (r.is_baseline) baseline_us = r.time_us->median;
-        else if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
+        if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
       }
       record(std::move(r), progress);
       if (lost) return true;

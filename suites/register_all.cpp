@@ -2,6 +2,7 @@
 // visible and the linker cannot drop a suite).
 #include "harness/registry.h"
 #include "suites/attention/attention_suites.h"
+#include "suites/comm/comm_suites.h"
 #include "suites/norm/norm_suites.h"
 
 namespace topt {
@@ -17,6 +18,8 @@ const Registry& builtin_registry() {
     suites::register_attention_decode(r);
     suites::register_attention_prefill(r);
     suites::register_kv_cache_append(r);
+    suites::register_all_reduce(r);
+    suites::register_all_reduce_add_rmsnorm(r);
     return r;
   }();
   return registry;
