@@ -170,27 +170,6 @@ struct GraphExec {
   }
 };
 
-// `launches` launches captured in one graph.
-void capture(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream, GraphExec& graph) {
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    for (int i = 0; i < launches; ++i) launch(stream);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &g);
-    if (g) cudaGraphDestroy(g);
-    throw;
-  }
-  cudaError_t err = cudaStreamEndCapture(stream, &g);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    throw Unsupported(std::string("cannot be captured in a CUDA graph: ") + cudaGetErrorString(err));
-  }
-  cudaError_t inst = cudaGraphInstantiate(&graph.exec, g, 0);
-  cudaGraphDestroy(g);
-  CUDA_CHECK(inst);
-}
-
 // nccl-tests' timing across the ranks (the header says how). The same Measurement on every rank.
 Measurement measure_collective(ProcessGroup& group, const std::function<void(cudaStream_t)>& launch,
                                const MeasureSettings& m, cudaStream_t stream, const ClockSampler& clock,
@@ -219,7 +198,7 @@ Measurement measure_collective(ProcessGroup& group, const std::function<void(cud
   const int launches = launches_per_sample(slowest_us, m.min_time_s * 1e6 / m.min_samples);
 
   GraphExec graph;
-  if (m.cuda_graph) step(group, [&] { capture(launch, launches, stream, graph); });
+  if (m.cuda_graph) step(group, [&] { graph.exec = capture_graph(launch, launches, stream); });
   auto run = [&] {
     if (graph.exec) CUDA_CHECK(cudaGraphLaunch(graph.exec, stream));
     else
@@ -303,7 +282,7 @@ class CollectiveRankRunner {
       collective_.abandon();
       fmt::print(stderr, "topt run: rank {} stopped: {}\n", group_.rank(), e.what());
       if (root) {
-        output_.finish(cfg_, device_.max_sm_clock_mhz);
+        output_.finish(cfg_, device_.max_sm_clock_mhz, false);
         fmt::print(stderr, "topt run: the rows measured before rank {} failed are saved in {}; rerun with --resume "
                            "--out {} to continue\n", e.rank, opt_.out_dir, opt_.out_dir);
       }
@@ -311,13 +290,7 @@ class CollectiveRankRunner {
     }
     if (progress) progress->done();
     if (!root) return 0;
-    int failed = output_.finish(cfg_, device_.max_sm_clock_mhz);
-    if (context_lost)
-      fmt::print(stderr,
-                 "topt run: a rank lost its CUDA context; the sweep stopped. Rows measured so far are saved. "
-                 "Rerun with --resume --out {} to continue after the failing case.\n",
-                 opt_.out_dir);
-    return failed || context_lost ? 1 : 0;
+    return output_.finish(cfg_, device_.max_sm_clock_mhz, context_lost);
   }
 
  private:

@@ -36,7 +36,7 @@ void RunOutput::record(ResultRow r, Progress& progress) {
   rows_.push_back(std::move(r));
 }
 
-int RunOutput::finish(const Config& cfg, int max_sm_clock_mhz) {
+int RunOutput::finish(const Config& cfg, int max_sm_clock_mhz, bool context_lost) {
   ResultsFile f{context_, rows_};
   write_results_json(path("results.json"), f);
   write_results_csv(path("results.csv"), rows_);
@@ -59,7 +59,12 @@ int RunOutput::finish(const Config& cfg, int max_sm_clock_mhz) {
     fmt::print("{}", violations.empty() ? md : "topt run: gates failed:\n" + md);
     gate_failures = int(violations.size());
   }
-  return failed || gate_failures ? 1 : 0;
+  if (context_lost)
+    fmt::print(stderr,
+               "topt run: the CUDA context was lost; the sweep stopped. Rows measured so far are saved. "
+               "Rerun with --resume --out {} to continue after the failing case.\n",
+               dir_);
+  return failed || gate_failures || context_lost ? 1 : 0;
 }
 
 }  // namespace topt

@@ -27,9 +27,10 @@ class RunOutput {
   void start(Json context);
   // A failure is noted above the progress line; the row goes to results.jsonl at once.
   void record(ResultRow r, Progress& progress);
-  // results.json, .csv and .md; the summary line, the throttle and noise warnings, the gates (gates.md).
-  // Returns 1 when a row failed or a gate broke, else 0.
-  int finish(const Config& cfg, int max_sm_clock_mhz);
+  // results.json, .csv and .md; the summary line, the throttle and noise warnings, the gates (gates.md),
+  // and how to go on when `context_lost` stopped the sweep. Returns 1 when a row failed, a gate broke or
+  // the context was lost, else 0.
+  int finish(const Config& cfg, int max_sm_clock_mhz, bool context_lost);
 
  private:
   std::string path(const char* name) const;

@@ -52,13 +52,7 @@ class SweepRunner {
     bool context_lost = run_plan(plan, output_.done());
 
     if (!cfg_.metrics.empty()) output_.context()["counters"] = counters_note_;
-    int failed = output_.finish(cfg_, device_.max_sm_clock_mhz);
-    if (context_lost)
-      fmt::print(stderr,
-                 "topt run: the CUDA context was lost; the sweep stopped. Rows measured so far are saved. "
-                 "Rerun with --resume --out {} to continue after the failing case.\n",
-                 opt_.out_dir);
-    return failed || context_lost ? 1 : 0;
+    return output_.finish(cfg_, device_.max_sm_clock_mhz, context_lost);
   }
 
   // `topt profile`: no peaks, no counters, no files; what ncu needs to pick each launch is printed.
