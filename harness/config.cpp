@@ -204,6 +204,12 @@ void check_ranks(const YAML::Node& n, const OpSweep& sweep, const OpDef& op, con
   if (op.collective && sweep.measure.cache != CacheMode::hot)
     throw_config_error(file, n["op"].Mark(), fmt::format("op '{}' is collective and timed hot, launch after launch as "
                                                          "nccl-tests does: set measure: {{cache: hot}}", op.name));
+  // The collective timing takes warmup_min_runs, min_samples, min_time_s, max_noise_pct and cuda_graph.
+  const MeasureSettings& m = sweep.measure;
+  if (op.collective && (m.timer != TimerKind::cuda_event || m.interleave || m.repetitions != 1))
+    throw_config_error(file, n["op"].Mark(), fmt::format("op '{}' is collective: its ranks time it with CUDA events, "
+                                                         "one repetition, not interleaved (timer, repetitions and "
+                                                         "interleave are for ops of one process)", op.name));
 }
 
 // yaml-cpp keeps the first of two equal keys of a map and drops the other without a word.

@@ -69,6 +69,15 @@ TEST(CollectiveConfig, CollectiveOpsAreTimedHot) {
             "no error");
 }
 
+TEST(CollectiveConfig, OnlyTheCollectiveTimingsSettingsApply) {
+  for (const char* setting : {"timer: cupti_activity", "interleave: true", "repetitions: 3"})
+    EXPECT_NE(config_error(std::string("world_size: 2\nmeasure: {cache: hot, ") + setting +
+                           "}\nops:\n  - op: all_reduce\n    axes: {bytes: 4096}\n")
+                  .find("its ranks time it with CUDA events, one repetition, not interleaved"),
+              std::string::npos)
+        << setting;
+}
+
 TEST(CollectiveConfig, BytesMustHoldWholeElements) {
   EXPECT_NE(config_error("world_size: 2\nmeasure: {cache: hot}\nops:\n  - op: all_reduce\n"
                          "    axes: {bytes: 4098, dtype: fp32}\n")
