@@ -68,9 +68,9 @@ std::vector<std::string> rank_environment(int rank, int world_size, const std::s
   return env;
 }
 
-std::string describe(const RankExit& e) {
-  if (e.stopped) return fmt::format("rank {} hung: it did not stop within {} s of another rank's failure and was stopped",
-                                    e.rank, kRankGracePeriod.count());
+std::string describe(const RankExit& e, std::chrono::milliseconds grace) {
+  if (e.stopped) return fmt::format("rank {} hung: it did not stop within {:g} s of another rank's failure and was stopped",
+                                    e.rank, grace.count() / 1000.0);
   if (e.signal) return fmt::format("rank {} was killed by signal {} ({})", e.rank, e.signal, strsignal(e.signal));
   return fmt::format("rank {} exited with status {}", e.rank, e.status);
 }
@@ -86,12 +86,12 @@ bool failed_by_itself(const RankExit& e) {
 
 }  // namespace
 
-Verdict judge_rank_exits(const std::vector<RankExit>& exits) {
+Verdict judge_rank_exits(const std::vector<RankExit>& exits, std::chrono::milliseconds grace) {
   for (const RankExit& e : exits)
-    if (failed_by_itself(e)) return {1, "topt run: " + describe(e) + "; the other ranks stopped"};
+    if (failed_by_itself(e)) return {1, "topt run: " + describe(e, grace) + "; the other ranks stopped"};
   std::vector<std::string> hung;
   for (const RankExit& e : exits)
-    if (e.stopped) hung.push_back(describe(e));
+    if (e.stopped) hung.push_back(describe(e, grace));
   if (!hung.empty()) return {1, "topt run: " + join(hung, "; ")};
   bool another_failed = std::any_of(exits.begin(), exits.end(),
                                     [](const RankExit& e) { return e.status == kExitAnotherRankFailed; });
@@ -119,41 +119,46 @@ int launch_ranks(const Config& cfg, const Registry& registry, const std::vector<
     fmt::print(stderr, "topt run: {} ranks on {} GPU(s): ranks share GPUs, so rows are checked but not timed\n",
                cfg.world_size, gpus);
 
-  char dir_template[] = "/tmp/topt-ranks-XXXXXX";
-  if (!mkdtemp(dir_template)) {
-    fmt::print(stderr, "topt run: cannot make a directory for the ranks' rendezvous in /tmp: {}\n", strerror(errno));
-    return 2;
-  }
-  const std::string dir = dir_template;
   std::vector<std::string> args = own_arguments();
   args.insert(args.end(), extra_args.begin(), extra_args.end());
+  Verdict v = run_ranks("/proc/self/exe", args, cfg.world_size, kRankGracePeriod);
+  if (!v.message.empty()) fmt::print(stderr, "{}\n", v.message);
+  return v.exit_code;
+}
+
+Verdict run_ranks(const std::string& program, const std::vector<std::string>& args, int world_size,
+                  std::chrono::milliseconds grace) {
+  char dir_template[] = "/tmp/topt-ranks-XXXXXX";
+  if (!mkdtemp(dir_template))
+    return {2, fmt::format("topt run: cannot make a directory for the ranks' rendezvous in /tmp: {}", strerror(errno))};
+  const std::string dir = dir_template;
   ExecArgs argv(args);
 
   const pid_t launcher = getpid();
-  std::vector<pid_t> pids(cfg.world_size, -1);
-  for (int r = 0; r < cfg.world_size; ++r) {
-    ExecArgs envp(rank_environment(r, cfg.world_size, dir + "/rendezvous.sock"));
+  std::vector<pid_t> pids(world_size, -1);
+  for (int r = 0; r < world_size; ++r) {
+    ExecArgs envp(rank_environment(r, world_size, dir + "/rendezvous.sock"));
     pid_t pid = fork();
     if (pid == 0) {
       // Only async-signal-safe calls between fork and exec. A rank dies with the launcher.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(127);
-      execve("/proc/self/exe", argv.pointers.data(), envp.pointers.data());
+      execve(program.c_str(), argv.pointers.data(), envp.pointers.data());
       _exit(127);
     }
     if (pid < 0) {
-      fmt::print(stderr, "topt run: cannot start rank {}: {}\n", r, strerror(errno));
+      const std::string why = strerror(errno);
       for (pid_t p : pids)
         if (p > 0) kill(p, SIGKILL);
-      return 1;
+      std::filesystem::remove_all(dir);
+      return {1, fmt::format("topt run: cannot start rank {}: {}", r, why)};
     }
     pids[r] = pid;
   }
 
   std::vector<RankExit> exits;
-  std::vector<bool> running(cfg.world_size, true);
-  std::vector<bool> stopped(cfg.world_size, false);
-  int left = cfg.world_size;
+  std::vector<bool> running(world_size, true), stopped(world_size, false);
+  int left = world_size;
   std::optional<Clock::time_point> stop_at;  // set once a rank ended other than with success
   bool terminated = false;
   while (left > 0) {
@@ -161,18 +166,18 @@ int launch_ranks(const Config& cfg, const Registry& registry, const std::vector<
     pid_t pid = waitpid(-1, &st, WNOHANG);
     if (pid > 0) {
       int r = int(std::find(pids.begin(), pids.end(), pid) - pids.begin());
-      if (r >= cfg.world_size) continue;
+      if (r >= world_size) continue;
       running[r] = false;
       --left;
       RankExit e{r, WIFEXITED(st) ? WEXITSTATUS(st) : 0, WIFSIGNALED(st) ? WTERMSIG(st) : 0, stopped[r]};
       exits.push_back(e);
       const bool finished = !e.signal && (e.status == 0 || (r == 0 && e.status == 1));
-      if (!finished && !stop_at) stop_at = Clock::now() + kRankGracePeriod;
+      if (!finished && !stop_at) stop_at = Clock::now() + grace;
       continue;
     }
     if (stop_at && Clock::now() >= *stop_at) {
       // SIGTERM first, SIGKILL for a rank that does not go within 5 s.
-      for (int r = 0; r < cfg.world_size; ++r)
+      for (int r = 0; r < world_size; ++r)
         if (running[r]) {
           stopped[r] = true;
           kill(pids[r], terminated ? SIGKILL : SIGTERM);
@@ -183,9 +188,7 @@ int launch_ranks(const Config& cfg, const Registry& registry, const std::vector<
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::filesystem::remove_all(dir);
-  Verdict v = judge_rank_exits(exits);
-  if (!v.message.empty()) fmt::print(stderr, "{}\n", v.message);
-  return v.exit_code;
+  return judge_rank_exits(exits, grace);
 }
 
 }  // namespace topt

@@ -39,7 +39,13 @@ struct Verdict {
 };
 // The run's verdict from its ranks' ends, in the order they came: the first rank that failed by
 // itself is named (not one that stopped because another failed: kExitAnotherRankFailed); where none
-// did, the ranks that had to be stopped hung.
-Verdict judge_rank_exits(const std::vector<RankExit>& exits);
+// did, the ranks that had to be stopped (after `grace`) hung.
+Verdict judge_rank_exits(const std::vector<RankExit>& exits, std::chrono::milliseconds grace = kRankGracePeriod);
+
+// Starts `world_size` processes of `program` with `args` (args[0] is the name it is given), each with
+// the rank's environment and a fresh rendezvous directory, and waits as launch_ranks says, stopping
+// the ranks left `grace` after one failed. The ranks die with the launcher.
+Verdict run_ranks(const std::string& program, const std::vector<std::string>& args, int world_size,
+                  std::chrono::milliseconds grace);
 
 }  // namespace topt

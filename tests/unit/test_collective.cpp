@@ -2,6 +2,8 @@
 // timing plan shared by the ranks, the launcher's verdict on how its ranks ended, and exact inputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "harness/collective.h"
@@ -152,6 +154,47 @@ TEST(Launcher, ARankThatHadToBeStoppedHung) {
   Verdict v = judge_rank_exits({exited(0, kExitAnotherRankFailed), stopped(1)});
   EXPECT_EQ(v.exit_code, 1);
   EXPECT_EQ(v.message, "topt run: rank 1 hung: it did not stop within 30 s of another rank's failure and was stopped");
+}
+
+// The launcher's processes, with /bin/sh scripts standing in for topt's ranks.
+Verdict run_shell_ranks(int world_size, const std::string& script, std::chrono::milliseconds grace = std::chrono::seconds(20)) {
+  return run_ranks("/bin/sh", {"sh", "-c", script}, world_size, grace);
+}
+
+TEST(Launcher, RanksGetTheirEnvironment) {
+  char dir[] = "/tmp/topt-launcher-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string out = std::string(dir) + "/env";
+  // Each rank appends what it was given; an inherited NCCL_NVLS_ENABLE would be kept, so clear it here.
+  unsetenv("NCCL_NVLS_ENABLE");
+  Verdict v = run_shell_ranks(3, "echo \"$TOPT_RANK $TOPT_WORLD_SIZE $NCCL_NVLS_ENABLE $(basename $TOPT_RENDEZVOUS)\" >> " + out);
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.message, "");
+  std::ifstream in(out);
+  std::multiset<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  EXPECT_EQ(lines, (std::multiset<std::string>{"0 3 0 rendezvous.sock", "1 3 0 rendezvous.sock", "2 3 0 rendezvous.sock"}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launcher, RankZerosStatusIsTheRuns) {
+  EXPECT_EQ(run_shell_ranks(2, "[ $TOPT_RANK = 0 ] && exit 1; exit 0").exit_code, 1);
+}
+
+TEST(Launcher, ACrashedRankIsNamed) {
+  const auto start = std::chrono::steady_clock::now();
+  Verdict v = run_shell_ranks(2, "[ $TOPT_RANK = 1 ] && kill -9 $$; sleep 0.3; exit 4");
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.message, "topt run: rank 1 was killed by signal 9 (Killed); the other ranks stopped");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // rank 0 stopped by itself
+}
+
+TEST(Launcher, AHungRankIsStoppedAfterTheGracePeriod) {
+  const auto start = std::chrono::steady_clock::now();
+  Verdict v = run_shell_ranks(2, "[ $TOPT_RANK = 1 ] && exec sleep 60; exit 4", std::chrono::milliseconds(300));
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.message, "topt run: rank 1 hung: it did not stop within 0.3 s of another rank's failure and was stopped");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(ExactInputs, SmallIntegersThatDifferByRankAndElement) {
