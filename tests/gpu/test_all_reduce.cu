@@ -201,9 +201,14 @@ class CommRankFused : public CommRank {
     }
     EXPECT_EQ(exact_mismatch(to_host_f64(*c.residual_out, stream), h), "")
         << "residual_out, rank " << group->rank() << ", " << c.label();
+    const std::vector<double> y_out = to_host_f64(*c.y, stream);
     const ErrorModel y_model{c.dtype, /*roundings=*/1, /*term_roundings=*/0, /*reduction=*/c.hidden};
-    const CheckResult y = compare_host(to_host_f64(*c.y, stream), y_ref, y_model, c.hidden);
+    const CheckResult y = compare_host(y_out, y_ref, y_model, c.hidden);
     EXPECT_TRUE(y.passes()) << "y, rank " << group->rank() << ", " << c.label() << ": " << y.describe();
+    // Tensor-parallel ranks must keep identical activations: y bit for bit as rank 0 has it.
+    const std::string bits(reinterpret_cast<const char*>(y_out.data()), y_out.size() * sizeof(double));
+    EXPECT_TRUE(group->broadcast(bits, 0) == bits) << "y differs from rank 0's, rank " << group->rank() << ", "
+                                                      << c.label();
   }
 
   static constexpr float kEps = 1e-5f;
