@@ -9,6 +9,7 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/comm/all_reduce_kernels.cuh"
 #include "kernels/comm/all_reduce_norm_kernels.cuh"
+#include "kernels/comm/one_shot_lamport_kernel.cuh"
 #include "kernels/norm/row_tiling.h"
 
 namespace topt::kernels::comm {
@@ -43,16 +44,16 @@ void all_reduce(IpcWorkspace& ws, const void* in, void* out, size_t count, DType
   const size_t element_bytes = dtype_size(dtype);
   dispatch_all_reduce_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const AllReducePlan plan = plan_all_reduce(count, element_bytes, ws.world(), algo, ws.slot_bytes(), ws.sm_count());
+    const AllReducePlan plan = plan_all_reduce(count, element_bytes, ws.world(), algo, ws.slot_sizes(), ws.sm_count());
     for (size_t first = 0; first < count; first += plan.chunk_elements) {
       const size_t n = std::min(plan.chunk_elements, count - first);
       const int blocks = launch_blocks(plan.algo, n, element_bytes, ws.world(), ws.sm_count());
       const T* chunk_in = static_cast<const T*>(in) + first;
       T* chunk_out = static_cast<T*>(out) + first;
-      if (plan.algo == AllReduceAlgo::one_shot)
-        one_shot_kernel<T><<<blocks, plan.threads, 0, stream>>>(ws.view(), chunk_in, chunk_out, int64_t(n));
-      else
-        two_shot_kernel<T><<<blocks, plan.threads, 0, stream>>>(ws.view(), chunk_in, chunk_out, int64_t(n));
+      auto* kernel = plan.algo == AllReduceAlgo::one_shot_lamport ? one_shot_lamport_kernel<T>
+                     : plan.algo == AllReduceAlgo::one_shot       ? one_shot_kernel<T>
+                                                                  : two_shot_kernel<T>;
+      kernel<<<blocks, plan.threads, 0, stream>>>(ws.view(), chunk_in, chunk_out, int64_t(n));
       CUDA_CHECK_LAUNCH();
     }
   });

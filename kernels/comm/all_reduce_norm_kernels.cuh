@@ -20,7 +20,9 @@ struct AllReduceNormArgs {
   float eps;
 };
 
-// Block b takes rows b, b + grid, ...: the same rows on every rank, in both phases.
+// Block b takes rows b, b + grid, ... (grid ≤ tokens): the same rows on every rank, in both phases.
+// Its first row's partial, residual and the weights are loaded before the barrier, so that a decode
+// step (one row per block) waits after it only for the peers' rows, already local.
 template <class T, int kVec, int kVpt>
 __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(const CommView v,
                                                                                 const AllReduceNormArgs<T> a) {
@@ -28,33 +30,43 @@ __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(
   const uint32_t epoch = launch_epoch(v);
   const int n_vec = a.hidden / kVec;
   auto row_offset = [&](int row) { return size_t(row) * a.hidden; };
-
-  for (int row = blockIdx.x; row < a.tokens; row += gridDim.x) {
-    Frag p;
-    p.load(a.partial + row_offset(row), n_vec, 0.f);
-    for (int k = 1; k < v.world; ++k) {
+  auto push = [&](int row, const Frag& partial) {
+    for (int k = 1; k < v.world; ++k) {  // peers in rotated order: ranks start on different links
       const int q = (v.rank + k) % v.world;
-      p.store(slot_ptr<T>(v, q, epoch, Area::pushed, v.rank) + row_offset(row), n_vec);
+      partial.store(slot_ptr<T>(v, q, epoch, Area::pushed, v.rank) + row_offset(row), n_vec);
     }
+  };
+
+  const int first_row = blockIdx.x;
+  Frag first_partial, first_residual, w;
+  first_partial.load(a.partial + row_offset(first_row), n_vec, 0.f);
+  push(first_row, first_partial);
+  for (int row = first_row + gridDim.x; row < a.tokens; row += gridDim.x) {
+    Frag partial;
+    partial.load(a.partial + row_offset(row), n_vec, 0.f);
+    push(row, partial);
   }
-  Frag w;  // loaded while the peers' rows are on their way
+  first_residual.load(a.residual + row_offset(first_row), n_vec, 0.f);
   w.load(a.weight, n_vec, 0.f);
   cross_rank_barrier(v, 0, epoch);
 
-  for (int row = blockIdx.x; row < a.tokens; row += gridDim.x) {
+  auto reduce_and_normalize = [&](int row, const Frag& own_partial, Frag& h) {
     const size_t offset = row_offset(row);
     float acc[kVpt][kVec] = {};
     // Ranks in rank order on every rank, then the residual: every rank's h has the same bits.
 #pragma unroll
     for (int s = 0; s < kMaxRanks; ++s) {
       if (s >= v.world) break;
-      Frag term;
-      term.load((s == v.rank ? a.partial : slot_ptr<const T>(v, v.rank, epoch, Area::pushed, s)) + offset, n_vec, 0.f);
-      for_each_element<kVpt, kVec>([&](int i, int j) { acc[i][j] += term.at(i, j); });
+      if (s == v.rank) {
+        for_each_element<kVpt, kVec>([&](int i, int j) { acc[i][j] += own_partial.at(i, j); });
+      } else {
+        Frag term;
+        term.load(slot_ptr<const T>(v, v.rank, epoch, Area::pushed, s) + offset, n_vec, 0.f);
+        for_each_element<kVpt, kVec>([&](int i, int j) { acc[i][j] += term.at(i, j); });
+      }
     }
-    Frag h;
-    h.load(a.residual + offset, n_vec, 0.f);
-    // h is rounded to T before it is normalized, as the unfused add + norm does (kernels/norm/norm.cuh).
+    // h (in: the residual) is rounded to T before it is normalized, as the unfused add + norm does
+    // (kernels/norm/norm.cuh).
     h.assign([&](int i, int j) { return acc[i][j] + h.at(i, j); });
     h.store(a.residual_out + offset, n_vec);
     float sum_sq = 0.f;  // lanes past the row hold zeros
@@ -62,6 +74,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(
     h.keep_packed();
     const float inv_rms = rsqrtf(block_sum(sum_sq) / a.hidden + a.eps);
     store_row<T, kVec, kVpt>(a.y + offset, n_vec, [&](int i, int j) { return h.at(i, j) * inv_rms * w.at(i, j); });
+  };
+  reduce_and_normalize(first_row, first_partial, first_residual);
+  for (int row = first_row + gridDim.x; row < a.tokens; row += gridDim.x) {
+    Frag partial, residual;
+    partial.load(a.partial + row_offset(row), n_vec, 0.f);
+    residual.load(a.residual + row_offset(row), n_vec, 0.f);
+    reduce_and_normalize(row, partial, residual);
   }
   finish_launch(v);
 }

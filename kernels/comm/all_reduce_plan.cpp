@@ -22,6 +22,7 @@ const char* algo_name(AllReduceAlgo algo) {
     case AllReduceAlgo::one_shot: return "one_shot";
     case AllReduceAlgo::two_shot: return "two_shot";
     case AllReduceAlgo::automatic: return "automatic";
+    case AllReduceAlgo::one_shot_lamport: return "one_shot_lamport";
   }
   return "?";
 }
@@ -29,7 +30,8 @@ const char* algo_name(AllReduceAlgo algo) {
 AllReduceAlgo choose_all_reduce_algo(size_t bytes, int world) {
   const size_t one_shot_max =
       world <= 2 ? kOneShotMaxBytesWorld2 : world <= 4 ? kOneShotMaxBytesWorld4 : kOneShotMaxBytesWorld8;
-  return bytes <= one_shot_max ? AllReduceAlgo::one_shot : AllReduceAlgo::two_shot;
+  if (bytes > one_shot_max) return AllReduceAlgo::two_shot;
+  return bytes <= kLamportMaxSlotBytes ? AllReduceAlgo::one_shot_lamport : AllReduceAlgo::one_shot;
 }
 
 int launch_blocks(AllReduceAlgo algo, size_t elements, size_t element_bytes, int world, int sm_count) {
@@ -40,14 +42,19 @@ int launch_blocks(AllReduceAlgo algo, size_t elements, size_t element_bytes, int
 }
 
 AllReducePlan plan_all_reduce(size_t count, size_t element_bytes, int world, AllReduceAlgo requested,
-                              size_t slot_bytes, int sm_count) {
-  if (element_bytes == 0 || kPackBytes % element_bytes || slot_bytes < size_t(kPackBytes) || world < 1)
-    throw std::invalid_argument(fmt::format("plan_all_reduce: element_bytes={} world={} slot_bytes={}",
-                                            element_bytes, world, slot_bytes));
+                              const SlotSizes& slots, int sm_count) {
+  if (element_bytes == 0 || kPackBytes % element_bytes || slots.slot_bytes < size_t(kPackBytes) ||
+      slots.lamport_slot_bytes < size_t(kPackBytes) || world < 1)
+    throw std::invalid_argument(fmt::format("plan_all_reduce: element_bytes={} world={} slot_bytes={} lamport_slot_bytes={}",
+                                            element_bytes, world, slots.slot_bytes, slots.lamport_slot_bytes));
   AllReducePlan plan;
   plan.algo = requested == AllReduceAlgo::automatic ? choose_all_reduce_algo(count * element_bytes, world) : requested;
-  const size_t slot_elements = slot_bytes / kPackBytes * (kPackBytes / element_bytes);
-  plan.chunk_elements = plan.algo == AllReduceAlgo::one_shot ? slot_elements : slot_elements * size_t(world);
+  auto slot_elements = [&](size_t bytes) { return bytes / kPackBytes * (kPackBytes / element_bytes); };
+  switch (plan.algo) {
+    case AllReduceAlgo::two_shot: plan.chunk_elements = slot_elements(slots.slot_bytes) * size_t(world); break;
+    case AllReduceAlgo::one_shot_lamport: plan.chunk_elements = slot_elements(slots.lamport_slot_bytes); break;
+    default: plan.chunk_elements = slot_elements(slots.slot_bytes); break;
+  }
   plan.threads = kAllReduceThreads;
   plan.blocks = launch_blocks(plan.algo, std::min(count, plan.chunk_elements), element_bytes, world, sm_count);
   return plan;

@@ -7,7 +7,9 @@
 
 namespace topt::kernels::comm {
 
-enum class AllReduceAlgo { one_shot, two_shot, automatic };
+// The rungs: one_shot (push, one flag barrier); one_shot_lamport (push, no barrier: the data are the
+// flags); two_shot (reduce-scatter + all-gather, two barriers); automatic picks by size.
+enum class AllReduceAlgo { one_shot, two_shot, automatic, one_shot_lamport };
 
 const char* algo_name(AllReduceAlgo algo);
 
@@ -24,6 +26,9 @@ const char* algo_name(AllReduceAlgo algo);
 // - world 4, 8: one-shot's extra NVLink bytes, (world − 1)(world − 2)/world·bytes, outweigh a barrier
 //   from a few hundred KB; vLLM's custom all-reduce switches at 512 KB for 4 ranks and 256 KB for 8,
 //   which we start from.
+// - Lamport one-shot saves the barrier's fenced flag round trip (~1-2 µs) and costs a local clear of
+//   (world − 1)·bytes in the next launch (~0.3 µs per MB): it takes the one-shot sizes up to its
+//   buffers' kLamportMaxSlotBytes (1 MB).
 AllReduceAlgo choose_all_reduce_algo(size_t bytes, int world);
 
 struct AllReducePlan {
@@ -33,11 +38,17 @@ struct AllReducePlan {
   int blocks = 0;             // for the first launch (launch_blocks gives the last one's)
 };
 
-// How to all-reduce `count` elements of `element_bytes` over `world` ranks whose workspace slots hold
-// `slot_bytes` each, on a GPU of `sm_count` SMs. One launch carries at most one slot per rank
-// (one-shot) or `world` slots (two-shot: a slot per segment).
+// What one launch can carry per rank: a slot of the parity areas (one-shot: the whole launch;
+// two-shot: one segment, so `world` slots per launch) or of the Lamport buffers.
+struct SlotSizes {
+  size_t slot_bytes = 0;
+  size_t lamport_slot_bytes = 0;
+};
+
+// How to all-reduce `count` elements of `element_bytes` over `world` ranks with the workspace's
+// `slots`, on a GPU of `sm_count` SMs.
 AllReducePlan plan_all_reduce(size_t count, size_t element_bytes, int world, AllReduceAlgo requested,
-                              size_t slot_bytes, int sm_count);
+                              const SlotSizes& slots, int sm_count);
 
 // Blocks for one launch of `elements`: one 16-byte pack per thread of what each rank walks (the
 // whole launch for one-shot, one segment for two-shot) while that fits, at most one block per SM

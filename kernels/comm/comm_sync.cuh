@@ -15,9 +15,10 @@
 //   of rank q has written exactly what block b here reads after the barrier.
 // - Reuse. Launch E writes only into the areas of parity E % 2 (its own and its peers'). A peer still
 //   reading parity E % 2 would be inside launch E − 2. But launch E − 1 here completed, and each of its
-//   blocks saw every peer's flag of launch E − 1: every peer had started E − 1, so (stream order) had
-//   finished E − 2. Ranks are thus at most one launch apart and two parities suffice, with one barrier
-//   per phase and none at the end of a launch.
+//   blocks saw every peer's flag of launch E − 1 (or, a Lamport launch, a pack every peer pushed in
+//   it): every peer had started E − 1, so (stream order) had finished E − 2. Ranks are thus at most
+//   one launch apart and two parities suffice, with one barrier per phase and none at the end of a
+//   launch. (The Lamport kernel's own buffers: one_shot_lamport_kernel.cuh.)
 #pragma once
 #include <cuda_runtime.h>
 
@@ -55,8 +56,9 @@ __device__ __forceinline__ void cross_rank_barrier(const CommView& v, int phase,
   __syncthreads();
 }
 
-// The block's last act: the last block of the launch to get here advances the epoch.
-__device__ __forceinline__ void finish_launch(const CommView& v) {
+// The block's last act: the last block of the launch to get here advances the epoch (and, for a
+// Lamport launch, the Lamport epoch).
+__device__ __forceinline__ void finish_launch(const CommView& v, bool lamport = false) {
   __syncthreads();
   if (threadIdx.x == 0) {
     Signals* own = v.signals[v.rank];
@@ -64,6 +66,7 @@ __device__ __forceinline__ void finish_launch(const CommView& v) {
     if (atomicAdd(&own->blocks_done, 1u) == gridDim.x - 1) {
       own->blocks_done = 0;
       own->epoch = own->epoch + 1;
+      if (lamport) own->lamport_epoch = own->lamport_epoch + 1;
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -69,8 +70,11 @@ std::unique_ptr<IpcWorkspace> IpcWorkspace::create(ProcessGroup& group, size_t m
   v.rank = rank;
   v.world = world;
   v.slot_bytes = round_up((max_bytes_per_rank + world - 1) / world, kPackBytes);
+  v.lamport_slot_bytes = std::min(v.slot_bytes, kLamportMaxSlotBytes);
   const size_t signal_bytes = round_up(sizeof(Signals), kDataAlignment);
-  const size_t total = signal_bytes + 2 * 2 * size_t(world) * v.slot_bytes;
+  const size_t parities_bytes = 2 * 2 * size_t(world) * v.slot_bytes;
+  const size_t lamport_bytes = size_t(kLamportBuffers) * world * v.lamport_slot_bytes;
+  const size_t total = signal_bytes + parities_bytes + lamport_bytes;
   const cudaError_t alloc = cudaMalloc(&ws->local_, total);
   if (alloc != cudaSuccess) {
     cudaGetLastError();
@@ -78,8 +82,10 @@ std::unique_ptr<IpcWorkspace> IpcWorkspace::create(ProcessGroup& group, size_t m
   }
   agree_or_throw(group, alloc == cudaSuccess ? ""
                                              : fmt::format("cudaMalloc of {} bytes: {}", total, cudaGetErrorString(alloc)));
-  // Zeroed before any peer can see it: flags start at 0, below every flag a launch raises.
-  CUDA_CHECK(cudaMemset(ws->local_, 0, total));
+  // Set before any peer can see it: flags at 0, below every flag a launch raises; Lamport slots all
+  // ones, "nothing arrived".
+  CUDA_CHECK(cudaMemset(ws->local_, 0, signal_bytes + parities_bytes));
+  CUDA_CHECK(cudaMemset(static_cast<char*>(ws->local_) + signal_bytes + parities_bytes, 0xff, lamport_bytes));
   CUDA_CHECK(cudaDeviceSynchronize());
 
   cudaIpcMemHandle_t handle;

@@ -6,16 +6,20 @@
 #include <vector>
 
 #include "harness/process_group.h"
+#include "kernels/comm/all_reduce_plan.h"
 #include "kernels/comm/comm_view.h"
 
 namespace topt::kernels::comm {
 
 class IpcWorkspace {
  public:
-  // Collective. Each rank allocates its signal area and 2 parities × 2 areas × world slots of
-  // ceil(max_bytes_per_rank / world) bytes (rounded up to 16): 4 × max_bytes_per_rank in all. One
-  // launch then all-reduces up to max_bytes_per_rank per rank two-shot, or max_bytes_per_rank / world
-  // one-shot; larger calls loop over launches of that size.
+  // Collective. Each rank allocates its signal area, 2 parities × 2 areas × world slots of
+  // ceil(max_bytes_per_rank / world) bytes (rounded up to 16): 4 × max_bytes_per_rank, and 3 Lamport
+  // buffers of world slots of min(that slot, 1 MB). One launch then all-reduces up to
+  // max_bytes_per_rank per rank two-shot, max_bytes_per_rank / world one-shot, and that or 1 MB
+  // Lamport one-shot; larger calls loop over launches of that size. The fused kernel takes as many
+  // rows per launch as max_bytes_per_rank / world holds: world × tokens × hidden × element size makes
+  // a decode step one launch.
   //
   // Ranks on one GPU share it through IPC as they would across GPUs (the single-GPU tests); ranks on
   // different GPUs need peer access, and every rank must see every rank's GPU (all GPUs visible, one
@@ -33,6 +37,7 @@ class IpcWorkspace {
   int rank() const { return view_.rank; }
   int world() const { return view_.world; }
   size_t slot_bytes() const { return view_.slot_bytes; }
+  SlotSizes slot_sizes() const { return {view_.slot_bytes, view_.lamport_slot_bytes}; }
   int sm_count() const { return sm_count_; }
 
  private:

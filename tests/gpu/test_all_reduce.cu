@@ -32,7 +32,8 @@ using kernels::comm::IpcWorkspace;
 constexpr size_t kAllReduceWorkspaceBytes = 64 * 1024;
 constexpr size_t kFusedWorkspaceBytes = 256 * 1024;
 
-const AllReduceAlgo kAlgos[] = {AllReduceAlgo::one_shot, AllReduceAlgo::two_shot, AllReduceAlgo::automatic};
+const AllReduceAlgo kAlgos[] = {AllReduceAlgo::one_shot, AllReduceAlgo::one_shot_lamport, AllReduceAlgo::two_shot,
+                                AllReduceAlgo::automatic};
 
 // Rank r's element i in launch `salt`: an integer in [-7, 7], so sums over up to 8 ranks are exact
 // in bf16, fp16 and fp32.
@@ -51,11 +52,11 @@ std::vector<double> summed_inputs(int world, int64_t count, int salt) {
   return sum;
 }
 
-// "" when out equals ref element for element, else how many differ and the first.
+// "" when out equals ref element for element (NaN where ref is NaN), else how many differ and the first.
 std::string exact_mismatch(const std::vector<double>& out, const std::vector<double>& ref) {
   int64_t wrong = 0, first = -1;
   for (size_t i = 0; i < ref.size(); ++i)
-    if (!(out[i] == ref[i]) && wrong++ == 0) first = int64_t(i);
+    if (!(out[i] == ref[i] || (std::isnan(out[i]) && std::isnan(ref[i]))) && wrong++ == 0) first = int64_t(i);
   if (wrong == 0) return "";
   return std::to_string(wrong) + " of " + std::to_string(ref.size()) + " elements wrong; first [" +
          std::to_string(first) + "]: " + std::to_string(out[first]) + " vs " + std::to_string(ref[first]);
@@ -132,13 +133,31 @@ TEST_F(CommRank, AllReduceSumsExactly) {
   }
 }
 
+// An input element with all bits set (a NaN, and the Lamport kernel's "not arrived" mark) sums to NaN
+// with every algorithm, instead of leaving a peer waiting for it.
+TEST_F(CommRank, AllOnesInputElementSumsToNan) {
+  auto ws = IpcWorkspace::create(*group, kAllReduceWorkspaceBytes);
+  constexpr int64_t kCount = 1000, kAllOnesAt = 5;
+  int salt = 200;
+  for (DType dtype : {DType::bf16, DType::f32})
+    for (AllReduceAlgo algo : kAlgos) {
+      auto c = make_case(dtype, kCount, algo, ++salt);
+      if (group->rank() == 0)
+        CUDA_CHECK(cudaMemset(static_cast<char*>(c->in.view.data) + kAllOnesAt * dtype_size(dtype), 0xff, dtype_size(dtype)));
+      launch(*ws, *c);
+      std::vector<double> ref = summed_inputs(group->size(), kCount, c->salt);
+      ref[kAllOnesAt] = NAN;
+      EXPECT_EQ(exact_mismatch(to_host_f64(*c->out, stream), ref), "") << "rank " << group->rank() << ", " << c->label();
+    }
+}
+
 // Launches of different grids and algorithms queued back to back, the host waiting only at the end:
 // ranks drift apart by up to a launch, and the epochs and slot parities must keep them apart.
 TEST_F(CommRank, BackToBackLaunchesOfMixedSizes) {
   auto ws = IpcWorkspace::create(*group, kAllReduceWorkspaceBytes);
   std::vector<std::unique_ptr<AllReduceCase>> cases;
   const int64_t counts[] = {100, 30011, 9, 4097, 65536, 1};
-  for (int i = 0; i < 18; ++i) cases.push_back(make_case(DType::bf16, counts[i % 6], kAlgos[i % 3], 100 + i));
+  for (int i = 0; i < 24; ++i) cases.push_back(make_case(DType::bf16, counts[i % 6], kAlgos[i % 4], 100 + i));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   for (auto& c : cases) launch(*ws, *c);
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -201,9 +220,14 @@ class CommRankFused : public CommRank {
     }
     EXPECT_EQ(exact_mismatch(to_host_f64(*c.residual_out, stream), h), "")
         << "residual_out, rank " << group->rank() << ", " << c.label();
+    const std::vector<double> y_out = to_host_f64(*c.y, stream);
     const ErrorModel y_model{c.dtype, /*roundings=*/1, /*term_roundings=*/0, /*reduction=*/c.hidden};
-    const CheckResult y = compare_host(to_host_f64(*c.y, stream), y_ref, y_model, c.hidden);
+    const CheckResult y = compare_host(y_out, y_ref, y_model, c.hidden);
     EXPECT_TRUE(y.passes()) << "y, rank " << group->rank() << ", " << c.label() << ": " << y.describe();
+    // Tensor-parallel ranks must keep identical activations: y bit for bit as rank 0 has it.
+    const std::string bits(reinterpret_cast<const char*>(y_out.data()), y_out.size() * sizeof(double));
+    EXPECT_TRUE(group->broadcast(bits, 0) == bits) << "y differs from rank 0's, rank " << group->rank() << ", "
+                                                      << c.label();
   }
 
   static constexpr float kEps = 1e-5f;
@@ -367,7 +391,8 @@ TEST_P(CommRanks, EveryRankPasses) {
 std::vector<RankRun> rank_runs() {
   std::vector<RankRun> runs;
   for (int world : {2, 4})
-    for (const char* test : {"CommRank.AllReduceSumsExactly", "CommRank.BackToBackLaunchesOfMixedSizes",
+    for (const char* test : {"CommRank.AllReduceSumsExactly", "CommRank.AllOnesInputElementSumsToNan",
+                             "CommRank.BackToBackLaunchesOfMixedSizes",
                              "CommRankFused.AddRmsNormMatchesTheReference", "CommRankFused.CudaGraphReplaysWithNewInputs",
                              "CommRankFused.RefusesWhatItCannotTake"})
       runs.push_back({test, world});
