@@ -70,7 +70,7 @@ std::vector<double> exact_sum_host(uint64_t seed, int ranks, int64_t n) {
 // ---- set-up the ranks share across cases ----
 
 // The IPC workspace of our kernels: made on first use, and again, larger, when a case needs more.
-// Capped: past the cap our kernels loop over launches of the workspace's size.
+// Capped (it allocates 4x its size): past the cap our kernels loop over launches of what it holds.
 constexpr size_t kLargestWorkspaceBytes = size_t(256) << 20;
 constexpr size_t kSmallestWorkspaceBytes = size_t(64) << 10;
 
@@ -146,7 +146,8 @@ const AllReduceProblem& as_all_reduce(const Problem& p) { return static_cast<con
 Impl ours_all_reduce(const char* name, AllReduceAlgo algo, const char* note) {
   return {name, Role::ours, note, nullptr, [algo](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
             const auto& q = as_all_reduce(p);
-            IpcWorkspace& ws = ipc_workspace(q.collective, q.in->bytes());
+            // One-shot takes 1/world of the workspace per launch: world × bytes makes the case one launch.
+            IpcWorkspace& ws = ipc_workspace(q.collective, q.in->bytes() * q.collective.size());
             return std::make_unique<LambdaInstance>([&q, &ws, algo](cudaStream_t s) {
               kernels::comm::all_reduce(ws, q.in->data, q.out->data, size_t(q.count), q.in->dtype, algo, s);
             });
@@ -258,6 +259,9 @@ void register_all_reduce(Registry& registry) {
   op.impls.push_back(ours_all_reduce("ours_one_shot", AllReduceAlgo::one_shot,
                                      "one-shot over CUDA IPC: every rank reads every peer's buffer and sums, one "
                                      "barrier"));
+  op.impls.push_back(ours_all_reduce("ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
+                                     "one-shot without the barrier: the pushed data are the flags (a slot not yet "
+                                     "written holds a NaN pattern), cleared by the next launch"));
   op.impls.push_back(ours_all_reduce("ours_two_shot", AllReduceAlgo::two_shot,
                                      "two-shot over CUDA IPC: reduce-scatter then all-gather, (n-1)/n of the bytes per "
                                      "link each, two barriers"));
@@ -293,7 +297,7 @@ void register_all_reduce_add_rmsnorm(Registry& registry) {
                       "our all-reduce (automatic), then our fused add + RMSNorm kernel: two launches",
                       norm_ours_unsupported, [](const Problem& p, const Case& c, cudaStream_t) {
                         const auto& q = as_fused(p);
-                        IpcWorkspace& ws = ipc_workspace(q.collective, fused_bytes_per_rank(c));
+                        IpcWorkspace& ws = ipc_workspace(q.collective, fused_bytes_per_rank(c) * q.collective.size());
                         return all_reduce_then_add_rmsnorm(q, [&q, &ws](void* summed, cudaStream_t s) {
                           kernels::comm::all_reduce(ws, q.partial->data, summed, size_t(q.shape.elements()),
                                                     q.shape.dtype, AllReduceAlgo::automatic, s);
