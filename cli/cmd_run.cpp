@@ -55,7 +55,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       // Every rank writes under the same --out: the one chosen here.
       std::vector<std::string> extra;
       if (out->empty()) extra = {"--out", ro.out_dir};
-      return launch_ranks(cfg, builtin_registry(), extra);
+      return launch_ranks(cfg, builtin_registry(), ro.filter, extra);
     });
   });
 }

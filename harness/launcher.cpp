@@ -101,7 +101,12 @@ Verdict judge_rank_exits(const std::vector<RankExit>& exits, std::chrono::millis
   return {1, "topt run: rank 0 did not report"};
 }
 
-int launch_ranks(const Config& cfg, const Registry& registry, const std::vector<std::string>& extra_args) {
+int launch_ranks(const Config& cfg, const Registry& registry, const SweepFilter& filter,
+                 const std::vector<std::string>& extra_args) {
+  if (expand_sweep(cfg, registry, filter).empty()) {
+    fmt::print(stderr, "topt run: no case matches the filter; nothing to run\n");
+    return 2;
+  }
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     fmt::print(stderr, "topt run: no CUDA device for the {} ranks of {}. `topt plan {}` shows the sweep without a GPU.\n",

@@ -12,6 +12,7 @@
 
 #include "harness/config.h"
 #include "harness/runner.h"
+#include "harness/sweep.h"
 
 namespace topt {
 
@@ -20,11 +21,13 @@ class Registry;
 // How long the other ranks have to stop by themselves after a rank failed, before they are stopped.
 constexpr std::chrono::seconds kRankGracePeriod{30};
 
-// Checks the config against the GPUs (more ranks than GPUs only where every op lets ranks share a
-// GPU), starts the ranks with `extra_args` after this program's own arguments, and waits for them.
-// Returns the exit status: rank 0's when every rank finished; 1 when a rank failed (named on stderr);
-// 2 when the config asks for sharing that an op does not allow; 3 without a GPU.
-int launch_ranks(const Config& cfg, const Registry& registry, const std::vector<std::string>& extra_args);
+// Expands the sweep (a config or filter error is thrown here, once, as ConfigError), checks it
+// against the GPUs (more ranks than GPUs only where every op lets ranks share a GPU), starts the ranks
+// with `extra_args` after this program's own arguments, and waits for them. Returns the exit status:
+// rank 0's when every rank finished; 1 when a rank failed (named on stderr); 2 when no case matches the
+// filter or the config asks for sharing that an op does not allow; 3 without a GPU.
+int launch_ranks(const Config& cfg, const Registry& registry, const SweepFilter& filter,
+                 const std::vector<std::string>& extra_args);
 
 // How a rank ended.
 struct RankExit {

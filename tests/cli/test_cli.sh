@@ -87,6 +87,9 @@ expect 2 "world_size 2: op 'rmsnorm' \(line 4\) runs in one process" -- "$TOPT" 
 expect 2 "TOPT_RANK is set but TOPT_WORLD_SIZE is not" -- \
   env TOPT_RANK=0 "$TOPT" run "$SRC/configs/all_reduce.yaml" --out "$TMP/out"
 expect 2 "topt profile: .*all_reduce.yaml runs 2 ranks" -- "$TOPT" profile "$SRC/configs/all_reduce.yaml"
+expect 2 'no case matches the filter' -- "$TOPT" run "$SRC/configs/all_reduce.yaml" --filter nothing-matches --out "$TMP/out"
+expect 2 "--impl: no op of .*all_reduce.yaml has an implementation 'bogus'" -- \
+  "$TOPT" run "$SRC/configs/all_reduce.yaml" --impl bogus --out "$TMP/out"
 [[ -e "$TMP/out" ]] && { echo "FAIL: an invalid multi-process run created output"; failures=$((failures + 1)); }
 
 # topt compare: a directory, files of different configs, and a file against itself.
