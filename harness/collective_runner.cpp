@@ -75,6 +75,9 @@ struct StepFailure : std::runtime_error {
 // Every rank's `payload`, once every rank has said how its step went; throws StepFailure on every
 // rank when the step failed on any. Throws RankFailure when a rank is gone.
 std::vector<std::string> exchange(ProcessGroup& group, const Outcome& mine, const std::string& payload = "") {
+  // Said at once: a rank whose context is lost may leave a peer's kernel waiting for it forever, and
+  // then the exchange never completes to carry the reason to rank 0's row.
+  if (mine.context_lost) fmt::print(stderr, "topt run: rank {}: {}\n", group.rank(), mine.reason);
   Json j{{"status", status_name(mine.status)}, {"reason", mine.reason}, {"lost", mine.context_lost},
          {"payload", payload}};
   auto all = group.all_gather(j.dump(-1, ' ', false, Json::error_handler_t::replace));
