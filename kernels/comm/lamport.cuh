@@ -1,7 +1,7 @@
-// One-shot all-reduce without a barrier: the data are their own flags (a "Lamport" buffer, as
-// TensorRT-LLM's low-latency all-reduce calls it). Receive slots hold all bits set (a NaN that no
-// arithmetic produces: CUDA's NaNs are positive) until a peer's pack lands; a reader polls each pack
-// until none of its elements is that sentinel. Senders turn an all-ones element of their input into
+// Lamport buffers, and the one-shot all-reduce built on them: no barrier, the data are their own
+// flags (as in TensorRT-LLM's low-latency all-reduce). Receive slots hold all bits set (a NaN that no
+// arithmetic produces: CUDA's NaNs are positive) until a peer's vector lands; a reader polls each
+// vector until none of its elements is that sentinel. Senders turn an all-ones element of their input into
 // the positive NaN (the sum is NaN either way). So a small all-reduce waits for one NVLink write per
 // pack, not for a data write, a fenced flag write and a flag read.
 //
