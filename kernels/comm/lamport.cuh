@@ -1,9 +1,9 @@
 // Lamport buffers, and the one-shot all-reduce built on them: no barrier, the data are their own
-// flags (as in TensorRT-LLM's low-latency all-reduce). Receive slots hold all bits set (a NaN that no
-// arithmetic produces: CUDA's NaNs are positive) until a peer's vector lands; a reader polls each
-// vector until none of its elements is that sentinel. Senders turn an all-ones element of their input into
-// the positive NaN (the sum is NaN either way). So a small all-reduce waits for one NVLink write per
-// pack, not for a data write, a fenced flag write and a flag read.
+// flags (as in TensorRT-LLM's low-latency all-reduce). Receive slots hold all bits set (a NaN) until
+// a peer's vector lands; a reader polls each vector until none of its elements is that sentinel.
+// Senders turn an all-ones element of their input into the positive NaN (the sum is NaN either way).
+// So a small all-reduce waits for one NVLink write per vector, not for a data write, a fenced flag
+// write and a flag read.
 //
 // Three buffers, taken in turn by Lamport launch L (its own count, lamport_epoch), each rank clearing
 // (back to all ones) the packs that launch L − 1 received while L runs:
