@@ -9,7 +9,6 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/comm/all_reduce_kernels.cuh"
 #include "kernels/comm/all_reduce_norm_kernels.cuh"
-#include "kernels/comm/lamport.cuh"
 #include "kernels/norm/row_tiling.h"
 
 namespace topt::kernels::comm {
@@ -50,8 +49,8 @@ void all_reduce(IpcWorkspace& ws, const void* in, void* out, size_t count, DType
       const int blocks = launch_blocks(plan.algo, n, element_bytes, ws.world(), ws.sm_count());
       const T* chunk_in = static_cast<const T*>(in) + first;
       T* chunk_out = static_cast<T*>(out) + first;
-      auto* kernel = plan.algo == AllReduceAlgo::one_shot_lamport ? one_shot_lamport_kernel<T>
-                     : plan.algo == AllReduceAlgo::one_shot       ? one_shot_kernel<T>
+      auto* kernel = plan.algo == AllReduceAlgo::one_shot_lamport ? one_shot_kernel<T, true>
+                     : plan.algo == AllReduceAlgo::one_shot       ? one_shot_kernel<T, false>
                                                                   : two_shot_kernel<T>;
       kernel<<<blocks, plan.threads, 0, stream>>>(ws.view(), chunk_in, chunk_out, int64_t(n));
       CUDA_CHECK_LAUNCH();

@@ -45,7 +45,7 @@ template <class T, int kVec, int kVpt, bool kLamport>
 __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(const CommView v,
                                                                                 const AllReduceNormArgs<T> a) {
   using Frag = RowFragment<T, kVec, kVpt>;
-  const uint32_t epoch = launch_epoch(v);
+  const uint32_t epoch = kLamport ? 0 : launch_epoch(v);  // the barrier's; Lamport launches count apart
   const int buffer = kLamport ? begin_lamport_launch(v) : 0;
   const int n_vec = a.hidden / kVec;
   auto row_offset = [&](int row) { return size_t(row) * a.hidden; };
@@ -56,10 +56,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(
   auto push = [&](int row, Frag partial) {
     if constexpr (kLamport)
       for (int i = 0; i < kVpt; ++i) partial.vec[i] = without_sentinel<T>(partial.vec[i]);
-    for (int k = 1; k < v.world; ++k) {  // peers in rotated order: ranks start on different links
-      const int q = (v.rank + k) % v.world;
-      partial.store(received(q, v.rank) + row_offset(row), n_vec);
-    }
+    for_each_peer(v, [&](int q) { partial.store(received(q, v.rank) + row_offset(row), n_vec); });
   };
 
   const int first_row = blockIdx.x;

@@ -1,4 +1,4 @@
-// Lamport buffers, and the one-shot all-reduce built on them: no barrier, the data are their own
+// Lamport buffers, what the one-shot kernels use instead of a barrier: the data are their own
 // flags (as in TensorRT-LLM's low-latency all-reduce). Receive slots hold all bits set (a NaN) until
 // a peer's vector lands; a reader polls each vector until none of its elements is that sentinel.
 // Senders turn an all-ones element of their input into the positive NaN (the sum is NaN either way).
@@ -19,7 +19,8 @@
 #pragma once
 #include <type_traits>
 
-#include "kernels/comm/all_reduce_kernels.cuh"
+#include "kernels/comm/comm_sync.cuh"
+#include "kernels/comm/packs.cuh"
 
 namespace topt::kernels::comm {
 
@@ -139,26 +140,6 @@ __device__ __forceinline__ PackSum<T> sum_received(const CommView& v, int buffer
     else acc.add(wait_arrived<T>(received(s), term[s]));
   }
   return acc;
-}
-
-// Pushes like one_shot_kernel; no barrier; sums in rank order like it.
-template <class T>
-__global__ void __launch_bounds__(kAllReduceThreads) one_shot_lamport_kernel(const CommView v, const T* in, T* out,
-                                                                             int64_t count) {
-  const int buffer = begin_lamport_launch(v);
-  const int64_t packs = (count + Pack<T>::kElems - 1) / Pack<T>::kElems;
-  for_each_pack<kCopyUnroll>(
-      packs, [&](int64_t i) { return without_sentinel<T>(load_clipped(in, i, count)); },
-      [&](int64_t i, const Pack<T>& x) {
-        for (int k = 1; k < v.world; ++k) {  // peers in rotated order: ranks start on different links
-          const int q = (v.rank + k) % v.world;
-          lamport_slot_ptr<Pack<T>>(v, q, buffer, v.rank)[i] = x;
-        }
-      });
-  for_each_pack<kReduceUnroll>(
-      packs, [&](int64_t i) { return sum_received(v, buffer, i, load_clipped(in, i, count)).rounded(); },
-      [&](int64_t i, const Pack<T>& r) { store_clipped(out, i, count, r); });
-  finish_lamport_launch(v, buffer, packs * kPackBytes);
 }
 
 }  // namespace topt::kernels::comm
