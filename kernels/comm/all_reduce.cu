@@ -9,7 +9,6 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/comm/all_reduce_kernels.cuh"
 #include "kernels/comm/all_reduce_norm_kernels.cuh"
-#include "kernels/comm/one_shot_lamport_kernel.cuh"
 #include "kernels/norm/row_tiling.h"
 
 namespace topt::kernels::comm {
@@ -50,8 +49,8 @@ void all_reduce(IpcWorkspace& ws, const void* in, void* out, size_t count, DType
       const int blocks = launch_blocks(plan.algo, n, element_bytes, ws.world(), ws.sm_count());
       const T* chunk_in = static_cast<const T*>(in) + first;
       T* chunk_out = static_cast<T*>(out) + first;
-      auto* kernel = plan.algo == AllReduceAlgo::one_shot_lamport ? one_shot_lamport_kernel<T>
-                     : plan.algo == AllReduceAlgo::one_shot       ? one_shot_kernel<T>
+      auto* kernel = plan.algo == AllReduceAlgo::one_shot_lamport ? one_shot_kernel<T, true>
+                     : plan.algo == AllReduceAlgo::one_shot       ? one_shot_kernel<T, false>
                                                                   : two_shot_kernel<T>;
       kernel<<<blocks, plan.threads, 0, stream>>>(ws.view(), chunk_in, chunk_out, int64_t(n));
       CUDA_CHECK_LAUNCH();
@@ -61,20 +60,28 @@ void all_reduce(IpcWorkspace& ws, const void* in, void* out, size_t count, DType
 
 void all_reduce_add_rmsnorm(IpcWorkspace& ws, const void* partial, const void* residual, const void* weight,
                             void* residual_out, void* y, int tokens, int hidden, float eps, DType dtype,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, AllReduceAlgo algo) {
   if (auto why = row_unsupported(tokens, hidden, dtype, "hidden"); !why.empty())
     throw Unsupported("all_reduce_add_rmsnorm: " + why);
+  const size_t row_bytes = size_t(hidden) * dtype_size(dtype);
+  if (algo == AllReduceAlgo::automatic)
+    algo = choose_all_reduce_algo(row_bytes * tokens, ws.world()) == AllReduceAlgo::one_shot_lamport
+               ? AllReduceAlgo::one_shot_lamport
+               : AllReduceAlgo::one_shot;
+  if (algo == AllReduceAlgo::two_shot)
+    throw Unsupported("all_reduce_add_rmsnorm: two_shot: the fused kernel is one-shot only (one_shot, one_shot_lamport)");
+  const bool lamport = algo == AllReduceAlgo::one_shot_lamport;
   const RowTiling tiling = choose_row_tiling(hidden, dtype, kFusedVectorsPerThread);
   const size_t vec_bytes = size_t(tiling.vec) * dtype_size(dtype);
   for (const void* p : {partial, residual, weight, static_cast<const void*>(residual_out), static_cast<const void*>(y)})
     if (!aligned(p, vec_bytes))
       throw Unsupported(fmt::format("all_reduce_add_rmsnorm: hidden={} reads {}-byte vectors, so every tensor must be "
                                     "{}-byte aligned ({} is not)", hidden, vec_bytes, vec_bytes, p));
-  const size_t row_bytes = size_t(hidden) * dtype_size(dtype);
-  const int rows_per = rows_per_launch(row_bytes, ws.slot_bytes());
+  const size_t slot_bytes = lamport ? ws.slot_sizes().lamport_slot_bytes : ws.slot_bytes();
+  const int rows_per = rows_per_launch(row_bytes, slot_bytes);
   if (rows_per == 0)
     throw Unsupported(fmt::format("all_reduce_add_rmsnorm: a row of {} bytes does not fit a workspace slot of {} bytes",
-                                  row_bytes, ws.slot_bytes()));
+                                  row_bytes, slot_bytes));
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (int first = 0; first < tokens; first += rows_per) {
@@ -90,7 +97,9 @@ void all_reduce_add_rmsnorm(IpcWorkspace& ws, const void* partial, const void* r
       const int blocks = std::min({args.tokens, ws.sm_count(), kMaxBlocks});
       dispatch_row_tiling<2, 4, 8>(tiling, [&](auto vec, auto vpt) {
         constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
-        all_reduce_add_rmsnorm_kernel<T, kVec, kVpt><<<blocks, tiling.threads, 0, stream>>>(ws.view(), args);
+        auto* kernel = lamport ? all_reduce_add_rmsnorm_kernel<T, kVec, kVpt, true>
+                               : all_reduce_add_rmsnorm_kernel<T, kVec, kVpt, false>;
+        kernel<<<blocks, tiling.threads, 0, stream>>>(ws.view(), args);
       });
       CUDA_CHECK_LAUNCH();
     }

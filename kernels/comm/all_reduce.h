@@ -20,10 +20,12 @@ void all_reduce(IpcWorkspace& ws, const void* in, void* out, size_t count, DType
 
 // residual_out = residual + Σ_ranks partial; y = residual_out · rsqrt(mean(residual_out²) + eps) · weight.
 // [tokens, hidden] tensors (weight [hidden]) of bf16 or fp16; hidden as the RMSNorm kernels take it
-// (kernels/norm/row_tiling.h), pointers aligned to the row's vector. One-shot, in launches of as many
-// rows as one workspace slot holds. residual_out may alias residual, y may alias partial.
+// (kernels/norm/row_tiling.h), pointers aligned to the row's vector. One-shot, with a barrier
+// (one_shot) or Lamport buffers (one_shot_lamport); automatic takes what choose_all_reduce_algo takes
+// for the tensor's bytes, Lamport where it says so, else the barrier (there is no two-shot form). In
+// launches of as many rows as one slot holds. residual_out may alias residual, y may alias partial.
 void all_reduce_add_rmsnorm(IpcWorkspace& ws, const void* partial, const void* residual, const void* weight,
                             void* residual_out, void* y, int tokens, int hidden, float eps, DType dtype,
-                            cudaStream_t stream);
+                            cudaStream_t stream, AllReduceAlgo algo = AllReduceAlgo::automatic);
 
 }  // namespace topt::kernels::comm

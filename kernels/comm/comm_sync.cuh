@@ -71,6 +71,12 @@ __device__ __forceinline__ void finish_launch(const CommView& v, bool lamport = 
   }
 }
 
+// Calls f(q) for every peer q ≠ rank, starting after this rank, so that ranks begin on different links.
+template <class F>
+__device__ __forceinline__ void for_each_peer(const CommView& v, F&& f) {
+  for (int k = 1; k < v.world; ++k) f((v.rank + k) % v.world);
+}
+
 // Slot `slot` of `area` in rank q's data, in the parity of launch `epoch`, as a T*.
 template <class T>
 __device__ __forceinline__ T* slot_ptr(const CommView& v, int q, uint32_t epoch, Area area, int slot) {

@@ -169,22 +169,25 @@ TEST_F(CommRank, BackToBackLaunchesOfMixedSizes) {
 struct FusedCase {
   DType dtype;
   int tokens, hidden;
+  AllReduceAlgo algo;
   int salt;
   OwnedTensor partial, residual, weight, residual_out, y;
 
   std::string label() const {
-    return std::string(dtype_name(dtype)) + " " + std::to_string(tokens) + "x" + std::to_string(hidden) + " salt " +
-           std::to_string(salt);
+    return std::string(dtype_name(dtype)) + " " + std::to_string(tokens) + "x" + std::to_string(hidden) + " " +
+           kernels::comm::algo_name(algo) + " salt " + std::to_string(salt);
   }
 };
+
+const AllReduceAlgo kFusedAlgos[] = {AllReduceAlgo::one_shot, AllReduceAlgo::one_shot_lamport, AllReduceAlgo::automatic};
 
 double residual_value(int64_t i, int salt) { return double((i * 7 + salt * 3) % 9) - 4; }
 double weight_value(int64_t i) { return double(i % 5 + 1) / 4; }  // 0.25 .. 1.25, exact in fp16 and bf16
 
 class CommRankFused : public CommRank {
  protected:
-  std::unique_ptr<FusedCase> make_fused(DType dtype, int tokens, int hidden, int salt) {
-    auto c = std::make_unique<FusedCase>(FusedCase{dtype, tokens, hidden, salt, {}, {}, {}, {}, {}});
+  std::unique_ptr<FusedCase> make_fused(DType dtype, int tokens, int hidden, AllReduceAlgo algo, int salt) {
+    auto c = std::make_unique<FusedCase>(FusedCase{dtype, tokens, hidden, algo, salt, {}, {}, {}, {}, {}});
     const int64_t n = int64_t(tokens) * hidden;
     c->partial = OwnedTensor(dtype, {tokens, hidden}, "partial");
     c->residual = OwnedTensor(dtype, {tokens, hidden}, "residual");
@@ -204,7 +207,7 @@ class CommRankFused : public CommRank {
   void launch_fused(IpcWorkspace& ws, const FusedCase& c) {
     kernels::comm::all_reduce_add_rmsnorm(ws, c.partial.view.data, c.residual.view.data, c.weight.view.data,
                                           c.residual_out.view.data, c.y.view.data, c.tokens, c.hidden, kEps, c.dtype,
-                                          stream);
+                                          stream, c.algo);
   }
   // residual_out exactly (integers); y within one rounding of the normalized exact h.
   void expect_fused(const FusedCase& c) {
@@ -234,7 +237,8 @@ class CommRankFused : public CommRank {
 };
 
 // Decode rows (1 and 128 tokens of 8192), rows that take 8-byte (4100) and 2-byte (13) vectors, and
-// more rows than one launch holds (the workspace's slot takes 8 rows of 8192 at 2 ranks).
+// more rows than one launch holds (the workspace's slot takes 8 rows of 8192 at 2 ranks), with a
+// barrier and with Lamport buffers.
 TEST_F(CommRankFused, AddRmsNormMatchesTheReference) {
   auto ws = IpcWorkspace::create(*group, kFusedWorkspaceBytes);
   struct Shape {
@@ -242,11 +246,12 @@ TEST_F(CommRankFused, AddRmsNormMatchesTheReference) {
   };
   int salt = 0;
   for (DType dtype : {DType::bf16, DType::f16})
-    for (Shape s : {Shape{1, 8192}, Shape{128, 8192}, Shape{3, 4100}, Shape{5, 13}, Shape{300, 2048}}) {
-      auto c = make_fused(dtype, s.tokens, s.hidden, ++salt);
-      launch_fused(*ws, *c);
-      expect_fused(*c);
-    }
+    for (AllReduceAlgo algo : kFusedAlgos)
+      for (Shape s : {Shape{1, 8192}, Shape{128, 8192}, Shape{3, 4100}, Shape{5, 13}, Shape{300, 2048}}) {
+        auto c = make_fused(dtype, s.tokens, s.hidden, algo, ++salt);
+        launch_fused(*ws, *c);
+        expect_fused(*c);
+      }
 }
 
 // One-shot, two-shot and the fused kernel captured in one CUDA graph and replayed with new inputs
@@ -254,8 +259,9 @@ TEST_F(CommRankFused, AddRmsNormMatchesTheReference) {
 TEST_F(CommRankFused, CudaGraphReplaysWithNewInputs) {
   auto ws = IpcWorkspace::create(*group, kFusedWorkspaceBytes);
   auto one = make_case(DType::bf16, 3000, AllReduceAlgo::one_shot, 0);
+  auto lamport = make_case(DType::f16, 5000, AllReduceAlgo::one_shot_lamport, 0);
   auto two = make_case(DType::f32, 100003, AllReduceAlgo::two_shot, 0);
-  auto fused = make_fused(DType::bf16, 16, 8192, 0);
+  auto fused = make_fused(DType::bf16, 16, 8192, AllReduceAlgo::one_shot_lamport, 0);
   CUDA_CHECK(cudaStreamSynchronize(stream));
 
   cudaGraph_t graph = nullptr;
@@ -263,17 +269,18 @@ TEST_F(CommRankFused, CudaGraphReplaysWithNewInputs) {
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   launch(*ws, *one);
   launch_fused(*ws, *fused);
+  launch(*ws, *lamport);
   launch(*ws, *two);
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
   for (int replay = 1; replay <= 5; ++replay) {
-    for (AllReduceCase* c : {one.get(), two.get()}) {
+    for (AllReduceCase* c : {one.get(), lamport.get(), two.get()}) {
       c->salt = replay;
       from_host_f64(*c->in, rank_inputs(group->rank(), c->count, replay), stream);
       poison_nan(*c->out, stream);
     }
-    auto next = make_fused(DType::bf16, 16, 8192, replay);  // new inputs, copied into the captured tensors
+    auto next = make_fused(DType::bf16, 16, 8192, fused->algo, replay);  // new inputs for the captured tensors
     for (auto [to, from] : {std::pair{&fused->partial, &next->partial}, std::pair{&fused->residual, &next->residual}})
       CUDA_CHECK(cudaMemcpyAsync(to->view.data, from->view.data, to->view.bytes(), cudaMemcpyDeviceToDevice, stream));
     fused->salt = replay;
@@ -282,6 +289,7 @@ TEST_F(CommRankFused, CudaGraphReplaysWithNewInputs) {
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     expect_summed(*one);
+    expect_summed(*lamport);
     expect_summed(*two);
     expect_fused(*fused);
   }
@@ -308,18 +316,19 @@ TEST_F(CommRankFused, RefusesWhatItCannotTake) {
   expect_unsupported(
       [&] { kernels::comm::all_reduce(*ws, in, c->out.view.data, 8, DType::f64, AllReduceAlgo::one_shot, stream); },
       "fp64");
-  auto fused = make_fused(DType::bf16, 2, 64, 1);
-  auto fused_call = [&](int hidden, DType dtype) {
-    return [&, hidden, dtype] {
+  auto fused = make_fused(DType::bf16, 2, 64, AllReduceAlgo::automatic, 1);
+  auto fused_call = [&](int hidden, DType dtype, AllReduceAlgo algo = AllReduceAlgo::automatic) {
+    return [&, hidden, dtype, algo] {
       kernels::comm::all_reduce_add_rmsnorm(*ws, fused->partial.view.data, fused->residual.view.data,
                                             fused->weight.view.data, fused->residual_out.view.data, fused->y.view.data,
-                                            1, hidden, kEps, dtype, stream);
+                                            1, hidden, kEps, dtype, stream, algo);
     };
   };
   expect_unsupported(fused_call(64, DType::f32), "fp32");
   expect_unsupported(fused_call(70000, DType::bf16), "hidden=70000");
+  expect_unsupported(fused_call(64, DType::bf16, AllReduceAlgo::two_shot), "one-shot only");
   // 64 KB over `world` slots: a 32768-wide bf16 row (64 KB) fits no slot.
-  expect_unsupported(fused_call(32768, DType::bf16), "does not fit a workspace slot");
+  expect_unsupported(fused_call(32768, DType::bf16, AllReduceAlgo::one_shot), "does not fit a workspace slot");
 }
 
 // ---- The parent side: starts the ranks and waits for them ----
