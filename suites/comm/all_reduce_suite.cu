@@ -223,6 +223,20 @@ size_t fused_bytes_per_rank(const Case& c) {
   return size_t(s.elements()) * dtype_size(s.dtype);
 }
 
+Impl ours_fused(const char* name, AllReduceAlgo algo, const char* note) {
+  return {name, Role::ours, note, norm_ours_unsupported,
+          [algo](const Problem& p, const Case& c, cudaStream_t) -> std::unique_ptr<Instance> {
+            const auto& q = as_fused(p);
+            // One launch for every row: a workspace slot (1/world of it) holds them all.
+            IpcWorkspace& ws = ipc_workspace(q.collective, fused_bytes_per_rank(c) * q.collective.size());
+            return std::make_unique<LambdaInstance>([&q, &ws, algo](cudaStream_t s) {
+              kernels::comm::all_reduce_add_rmsnorm(ws, q.partial->data, q.residual->data, q.w->data, q.h->data,
+                                                    q.y->data, int(q.shape.tokens), int(q.shape.hidden), q.shape.eps,
+                                                    q.shape.dtype, s, algo);
+            });
+          }};
+}
+
 }  // namespace
 
 void register_all_reduce(Registry& registry) {
@@ -303,19 +317,14 @@ void register_all_reduce_add_rmsnorm(Registry& registry) {
                                                     q.shape.dtype, AllReduceAlgo::automatic, s);
                         });
                       }});
-  op.impls.push_back({"ours", Role::ours,
-                      "fused: one-shot all-reduce whose reducing block adds the residual and normalizes the row, one "
-                      "launch",
-                      norm_ours_unsupported, [](const Problem& p, const Case& c, cudaStream_t) -> std::unique_ptr<Instance> {
-                        const auto& q = as_fused(p);
-                        // One launch for every row: a workspace slot (1/world of it) holds them all.
-                        IpcWorkspace& ws = ipc_workspace(q.collective, fused_bytes_per_rank(c) * q.collective.size());
-                        return std::make_unique<LambdaInstance>([&q, &ws](cudaStream_t s) {
-                          kernels::comm::all_reduce_add_rmsnorm(ws, q.partial->data, q.residual->data, q.w->data,
-                                                                q.h->data, q.y->data, int(q.shape.tokens),
-                                                                int(q.shape.hidden), q.shape.eps, q.shape.dtype, s);
-                        });
-                      }});
+  op.impls.push_back(ours_fused("ours_one_shot", AllReduceAlgo::one_shot,
+                                 "fused: one-shot all-reduce behind a barrier, whose reducing block adds the residual "
+                                 "and normalizes the row, one launch"));
+  op.impls.push_back(ours_fused("ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
+                                "fused, with Lamport buffers instead of the barrier (rows per launch: what a Lamport "
+                                "slot holds)"));
+  op.impls.push_back(ours_fused("ours", AllReduceAlgo::automatic,
+                                "fused, barrier or Lamport as choose_all_reduce_algo picks for the tensor's bytes"));
   registry.add(std::move(op));
 }
 

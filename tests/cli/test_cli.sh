@@ -77,7 +77,7 @@ expect 2 "gates\[0\].vs: the config runs no implementation 'unfused' for op 'rms
 
 # Multi-process configs (world_size): checked like any config, before ranks or a GPU; a rank's environment
 # checked before anything else it does.
-expect 0 'configs/all_reduce.yaml: 37 cases, 169 implementation runs' -- "$TOPT" plan "$SRC/configs/all_reduce.yaml"
+expect 0 'configs/all_reduce.yaml: 37 cases, 185 implementation runs' -- "$TOPT" plan "$SRC/configs/all_reduce.yaml"
 printf 'world_size: 2\nops:\n  - op: all_reduce\n    axes: {bytes: 4096}\n' >"$TMP/cold.yaml"
 expect 2 "cold.yaml:3:9: error: op 'all_reduce' is collective and timed hot" -- "$TOPT" run "$TMP/cold.yaml" --out "$TMP/out"
 printf 'measure: {cache: hot}\nops:\n  - op: all_reduce\n    axes: {bytes: 4096}\n' >"$TMP/no_ranks.yaml"

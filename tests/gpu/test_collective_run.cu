@@ -54,7 +54,7 @@ ops:
   - op: all_reduce_add_rmsnorm
     axes: {tokens: [1, 16], hidden: 8192, dtype: bf16}
 )";
-constexpr int kTinyRows = 6 * 5 + 2 * 3;  // 5 all_reduce implementations, 3 fused
+constexpr int kTinyRows = 6 * 5 + 2 * 5;  // 5 implementations of each op
 
 class CollectiveRunTest : public GpuTest {
  protected:
