@@ -143,8 +143,16 @@ class AllReduceProblem : public CollectiveProblem {
 
 const AllReduceProblem& as_all_reduce(const Problem& p) { return static_cast<const AllReduceProblem&>(p); }
 
-Impl ours_all_reduce(const char* name, AllReduceAlgo algo, const char* note) {
-  return {name, Role::ours, note, nullptr, [algo](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
+// One of our implementations: its name, the algorithm it asks our kernels for, its note.
+struct Rung {
+  const char* name;
+  AllReduceAlgo algo;
+  const char* note;
+};
+
+Impl ours_all_reduce(const Rung& rung) {
+  const AllReduceAlgo algo = rung.algo;
+  return {rung.name, Role::ours, rung.note, nullptr, [algo](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
             const auto& q = as_all_reduce(p);
             // One-shot takes 1/world of the workspace per launch: world × bytes makes the case one launch.
             IpcWorkspace& ws = ipc_workspace(q.collective, q.in->bytes() * q.collective.size());
@@ -223,8 +231,9 @@ size_t fused_bytes_per_rank(const Case& c) {
   return size_t(s.elements()) * dtype_size(s.dtype);
 }
 
-Impl ours_fused(const char* name, AllReduceAlgo algo, const char* note) {
-  return {name, Role::ours, note, norm_ours_unsupported,
+Impl ours_fused(const Rung& rung) {
+  const AllReduceAlgo algo = rung.algo;
+  return {rung.name, Role::ours, rung.note, norm_ours_unsupported,
           [algo](const Problem& p, const Case& c, cudaStream_t) -> std::unique_ptr<Instance> {
             const auto& q = as_fused(p);
             // One launch for every row: a workspace slot (1/world of it) holds them all.
@@ -270,17 +279,17 @@ void register_all_reduce(Registry& registry) {
                                                          q.in->dtype, s);
                         });
                       }});
-  op.impls.push_back(ours_all_reduce("ours_one_shot", AllReduceAlgo::one_shot,
-                                     "one-shot over CUDA IPC: every rank reads every peer's buffer and sums, one "
-                                     "barrier"));
-  op.impls.push_back(ours_all_reduce("ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
-                                     "one-shot without the barrier: the pushed data are the flags (a slot not yet "
-                                     "written holds a NaN pattern), cleared by the next launch"));
-  op.impls.push_back(ours_all_reduce("ours_two_shot", AllReduceAlgo::two_shot,
-                                     "two-shot over CUDA IPC: reduce-scatter then all-gather, (n-1)/n of the bytes per "
-                                     "link each, two barriers"));
-  op.impls.push_back(ours_all_reduce("ours", AllReduceAlgo::automatic,
-                                     "one-shot or two-shot by size and rank count (choose_all_reduce_algo)"));
+  // Our rungs, each a way of all-reducing.
+  const Rung rungs[] = {
+      {"ours_one_shot", AllReduceAlgo::one_shot,
+       "one-shot over CUDA IPC: every rank reads every peer's buffer and sums, one barrier"},
+      {"ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
+       "one-shot without the barrier: the pushed data are the flags (a slot not yet written holds a NaN pattern), "
+       "cleared by the next launch"},
+      {"ours_two_shot", AllReduceAlgo::two_shot,
+       "two-shot over CUDA IPC: reduce-scatter then all-gather, (n-1)/n of the bytes per link each, two barriers"},
+      {"ours", AllReduceAlgo::automatic, "one-shot or two-shot by size and rank count (choose_all_reduce_algo)"}};
+  for (const Rung& r : rungs) op.impls.push_back(ours_all_reduce(r));
   registry.add(std::move(op));
 }
 
@@ -317,14 +326,16 @@ void register_all_reduce_add_rmsnorm(Registry& registry) {
                                                     q.shape.dtype, AllReduceAlgo::automatic, s);
                         });
                       }});
-  op.impls.push_back(ours_fused("ours_one_shot", AllReduceAlgo::one_shot,
-                                 "fused: one-shot all-reduce behind a barrier, whose reducing block adds the residual "
-                                 "and normalizes the row, one launch"));
-  op.impls.push_back(ours_fused("ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
-                                "fused, with Lamport buffers instead of the barrier (rows per launch: what a Lamport "
-                                "slot holds)"));
-  op.impls.push_back(ours_fused("ours", AllReduceAlgo::automatic,
-                                "fused, barrier or Lamport as choose_all_reduce_algo picks for the tensor's bytes"));
+  // Our fused rungs (the kernel has no two-shot form).
+  const Rung rungs[] = {
+      {"ours_one_shot", AllReduceAlgo::one_shot,
+       "fused: one-shot all-reduce behind a barrier, whose reducing block adds the residual and normalizes the row, "
+       "one launch"},
+      {"ours_one_shot_lamport", AllReduceAlgo::one_shot_lamport,
+       "fused, with Lamport buffers instead of the barrier (rows per launch: what a Lamport slot holds)"},
+      {"ours", AllReduceAlgo::automatic,
+       "fused, barrier or Lamport as choose_all_reduce_algo picks for the tensor's bytes"}};
+  for (const Rung& r : rungs) op.impls.push_back(ours_fused(r));
   registry.add(std::move(op));
 }
 
