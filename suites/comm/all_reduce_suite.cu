@@ -288,7 +288,7 @@ void register_all_reduce(Registry& registry) {
        "cleared by the next launch"},
       {"ours_two_shot", AllReduceAlgo::two_shot,
        "two-shot over CUDA IPC: reduce-scatter then all-gather, (n-1)/n of the bytes per link each, two barriers"},
-      {"ours", AllReduceAlgo::automatic, "one-shot or two-shot by size and rank count (choose_all_reduce_algo)"}};
+      {"ours", AllReduceAlgo::automatic, "the rung choose_all_reduce_algo picks for the size and rank count"}};
   for (const Rung& r : rungs) op.impls.push_back(ours_all_reduce(r));
   registry.add(std::move(op));
 }
