@@ -39,9 +39,10 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* flag) {
 
 // How long a thread waits for a peer before it gives up: a peer that never comes (it died, or the
 // ranks' calls differ) then ends this kernel with a trap (the host sees a launch failure) instead of
-// hanging the GPU. Far above any legitimate wait, ranks sharing one GPU in time slices included. No
+// hanging the GPU. As long as the ranks' host-side timeout (kDefaultRankTimeout), so that no legitimate
+// wait (a peer's host busy between collectives, ranks sharing one GPU in time slices) trips it. No
 // message: printf's argument buffer cost the fused Lamport kernel 200 more bytes of spills.
-constexpr uint64_t kPeerWaitLimitNs = 30'000'000'000ull;
+constexpr uint64_t kPeerWaitLimitNs = 300'000'000'000ull;
 
 __device__ __forceinline__ uint64_t global_time_ns() {
   uint64_t t;
