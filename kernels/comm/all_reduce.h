@@ -1,7 +1,9 @@
 // Our multi-GPU all-reduce (sum) over an IpcWorkspace, and the fused all-reduce + residual add +
 // RMSNorm of tensor-parallel decode. Launchers take a stream and never synchronize; every rank must
 // make the same calls in the same order, on one stream per workspace (comm_sync.cuh says why).
-// Inputs and outputs are ordinary device tensors (no registration); in == out is allowed.
+// Inputs and outputs are ordinary device tensors (no registration); in == out is allowed. A kernel
+// whose peer does not come within kPeerWaitLimitNs (300 s: it died, or the ranks' calls differ) traps:
+// the host sees a launch failure instead of a hung GPU.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -54,8 +54,10 @@ __global__ void __launch_bounds__(kMaxRowThreads) all_reduce_add_rmsnorm_kernel(
     return kLamport ? lamport_slot_ptr<T>(v, q, buffer, from) : slot_ptr<T>(v, q, epoch, Area::pushed, from);
   };
   auto push = [&](int row, Frag partial) {
-    if constexpr (kLamport)
+    if constexpr (kLamport) {
+#pragma unroll
       for (int i = 0; i < kVpt; ++i) partial.vec[i] = without_sentinel<T>(partial.vec[i]);
+    }
     for_each_peer(v, [&](int q) { partial.store(received(q, v.rank) + row_offset(row), n_vec); });
   };
 

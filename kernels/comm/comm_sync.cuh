@@ -37,6 +37,29 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* flag) {
   return value;
 }
 
+// How long a thread waits for a peer before it gives up: a peer that never comes (it died, or the
+// ranks' calls differ) then ends this kernel with a trap (the host sees a launch failure) instead of
+// hanging the GPU. As long as the ranks' host-side timeout (kDefaultRankTimeout), so that no legitimate
+// wait (a peer's host busy between collectives, ranks sharing one GPU in time slices) trips it. No
+// message: printf's argument buffer cost the fused Lamport kernel 200 more bytes of spills.
+constexpr uint64_t kPeerWaitLimitNs = 300'000'000'000ull;
+
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One wait of one thread; tick() once per unsuccessful poll.
+struct PeerWait {
+  uint64_t start = 0;
+  __device__ __forceinline__ void tick() {
+    const uint64_t now = global_time_ns();
+    if (start == 0) start = now;
+    else if (now - start > kPeerWaitLimitNs) __trap();
+  }
+};
+
 // The launch's epoch E (see above). Read by every thread before the block's finish_launch.
 __device__ __forceinline__ uint32_t launch_epoch(const CommView& v) {
   return *reinterpret_cast<volatile const uint32_t*>(&v.signals[v.rank]->epoch);
@@ -50,8 +73,8 @@ __device__ __forceinline__ void cross_rank_barrier(const CommView& v, int phase,
     const int q = threadIdx.x;
     st_release_sys(&v.signals[q]->arrived[phase][blockIdx.x][v.rank], flag);
     const uint32_t* mine = &v.signals[v.rank]->arrived[phase][blockIdx.x][q];
-    while (int32_t(ld_acquire_sys(mine) - flag) < 0) {
-    }
+    PeerWait wait;
+    while (int32_t(ld_acquire_sys(mine) - flag) < 0) wait.tick();
   }
   __syncthreads();
 }

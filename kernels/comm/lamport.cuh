@@ -95,7 +95,11 @@ __device__ __forceinline__ Vec load_volatile(const Vec* p) {
 // Vector p of a receive slot once every element of it has landed; `first` is a load already issued.
 template <class T, class Vec>
 __device__ __forceinline__ Vec wait_arrived(const Vec* p, Vec first) {
-  while (!arrived<T>(first)) first = load_volatile(p);
+  PeerWait wait;
+  while (!arrived<T>(first)) {
+    wait.tick();
+    first = load_volatile(p);
+  }
   return first;
 }
 
