@@ -18,6 +18,7 @@ void add_list_command(CLI::App& app, int& exit_code) {
         axes.push_back(a.default_value ? a.name + "=" + value_to_string(*a.default_value) : a.name);
       for (DType t : op.dtypes) dtypes.push_back(dtype_name(t));
       fmt::print("{}: {}\n  axes: {} (and model, dtype: {})\n", op.name, op.summary, join(axes), join(dtypes, "|"));
+      if (op.collective) fmt::print("  collective: runs on a config's world_size ranks, one process per GPU\n");
       fmt::print("  {:<12} {:<9} {}\n", "reference", "reference", op.reference_note);
       for (auto& impl : op.impls)
         fmt::print("  {:<12} {:<9} {}\n", impl.name,

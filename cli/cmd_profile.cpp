@@ -1,5 +1,6 @@
 // topt profile CONFIG: each selected case checked, warmed up, then launched once for Nsight.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
@@ -23,6 +24,11 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   sub->callback([opts, &exit_code] {
     exit_code = guard_config_errors("profile", [&] {
       Config cfg = load_config(opts->config, builtin_registry());
+      if (cfg.world_size > 0) {
+        fmt::print(stderr, "topt profile: {} runs {} ranks; profiling runs one process: profile a rank of `topt run` "
+                           "under nsys instead (docs/multi-gpu.md)\n", cfg.path, cfg.world_size);
+        return int(kUsage);
+      }
       RunOptions ro;
       ro.filter = opts->filter();
       ro.profile = true;

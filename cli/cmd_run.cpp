@@ -4,8 +4,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "harness/collective_runner.h"
+#include "harness/launcher.h"
 #include "harness/registry.h"
 #include "harness/runner.h"
+#include "harness/socket_process_group.h"
 #include "harness/text.h"
 
 namespace topt::cli {
@@ -36,7 +39,23 @@ void add_run_command(CLI::App& app, int& exit_code) {
         fmt::print(stderr, "topt run: --out {}: cannot write results there: {}\n", ro.out_dir, why);
         return int(kUsage);
       }
-      return run_sweep(cfg, builtin_registry(), ro);
+      if (cfg.world_size == 0) return run_sweep(cfg, builtin_registry(), ro);
+      // A config with ranks: this process is one of them, or starts them.
+      std::unique_ptr<ProcessGroup> group;
+      try {
+        group = process_group_from_env();
+      } catch (const RankFailure& e) {
+        fmt::print(stderr, "topt run: {}\n", e.what());
+        return kExitAnotherRankFailed;
+      } catch (const std::invalid_argument& e) {
+        fmt::print(stderr, "topt run: {}\n", e.what());
+        return int(kUsage);
+      }
+      if (group) return run_collective_rank(cfg, builtin_registry(), ro, *group);
+      // Every rank writes under the same --out: the one chosen here.
+      std::vector<std::string> extra;
+      if (out->empty()) extra = {"--out", ro.out_dir};
+      return launch_ranks(cfg, builtin_registry(), ro.filter, extra);
     });
   });
 }

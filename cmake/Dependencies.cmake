@@ -30,3 +30,11 @@ add_library(cudnn_frontend INTERFACE IMPORTED)
 set_target_properties(cudnn_frontend PROPERTIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES ${CUDNN_FRONTEND_INCLUDE_DIR})
 target_include_directories(cudnn_frontend SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
 target_link_libraries(cudnn_frontend INTERFACE CUDNN::cudnn)
+
+# NCCL, the collective ops' baseline, ships no CMake package: find it beside the toolkit (on the GPU
+# machines it comes from PyTorch's wheel at run time: scripts/device_env.sh).
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include REQUIRED)
+find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib REQUIRED)
+add_library(NCCL::nccl SHARED IMPORTED)
+set_target_properties(NCCL::nccl PROPERTIES
+  IMPORTED_LOCATION ${NCCL_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})

@@ -190,6 +190,28 @@ OpSweep parse_op(const YAML::Node& n, const Config& cfg, const Registry& registr
   return sweep;
 }
 
+// Collective ops run on world_size ranks, others in one process: a config runs one kind. Collective
+// ops are timed hot (collective_runner.h says why), which their sweep must say.
+void check_ranks(const YAML::Node& n, const OpSweep& sweep, const OpDef& op, const Config& cfg,
+                 const YAML::Node& world_size, const std::string& file) {
+  if (op.collective && cfg.world_size == 0)
+    throw_config_error(file, n["op"].Mark(), fmt::format("op '{}' is collective: the config needs world_size (the "
+                                                         "number of ranks, one process per GPU)", op.name));
+  if (!op.collective && cfg.world_size > 0)
+    throw_config_error(file, world_size.Mark(), fmt::format("world_size {}: op '{}' (line {}) runs in one process; "
+                                                            "a config with world_size sweeps collective ops only",
+                                                            cfg.world_size, op.name, sweep.line));
+  if (op.collective && sweep.measure.cache != CacheMode::hot)
+    throw_config_error(file, n["op"].Mark(), fmt::format("op '{}' is collective and timed hot, launch after launch as "
+                                                         "nccl-tests does: set measure: {{cache: hot}}", op.name));
+  // The collective timing takes warmup_min_runs, min_samples, min_time_s, max_noise_pct and cuda_graph.
+  const MeasureSettings& m = sweep.measure;
+  if (op.collective && (m.timer != TimerKind::cuda_event || m.interleave || m.repetitions != 1))
+    throw_config_error(file, n["op"].Mark(), fmt::format("op '{}' is collective: its ranks time it with CUDA events, "
+                                                         "one repetition, not interleaved (timer, repetitions and "
+                                                         "interleave are for ops of one process)", op.name));
+}
+
 // yaml-cpp keeps the first of two equal keys of a map and drops the other without a word.
 void check_no_duplicate_keys(const YAML::Node& n, const std::string& file) {
   if (n.IsSequence())
@@ -294,7 +316,8 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
   }
   if (!root.IsMap()) throw_config_error(path, root.Mark(), "the config must be a map with at least 'ops'");
   check_no_duplicate_keys(root, path);
-  check_keys(root, {"name", "description", "seed", "measure", "check", "ops", "gates", "metrics"}, "the config", path);
+  check_keys(root, {"name", "description", "seed", "world_size", "measure", "check", "ops", "gates", "metrics"},
+             "the config", path);
 
   Config cfg;
   cfg.path = path;
@@ -302,6 +325,7 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
   if (auto v = root["name"]) cfg.name = yaml_scalar<std::string>(v, "name", "a string", path);
   if (auto v = root["description"]) cfg.description = yaml_scalar<std::string>(v, "description", "a string", path);
   if (auto v = root["seed"]) cfg.seed = yaml_scalar<uint64_t>(v, "seed", "a non-negative integer", path);
+  if (auto v = root["world_size"]) cfg.world_size = positive_int(v, "world_size", path);
   if (auto v = root["measure"]) parse_measure(v, cfg.measure, "measure", path);
   if (auto v = root["check"]) {
     require_map(v, "check", path);
@@ -313,7 +337,10 @@ Config parse_config(const std::string& text, const std::string& path, const Regi
   if (!root["ops"]) throw_config_error(path, root.Mark(), "missing required key 'ops' (the list of op sweeps)");
   require_list(root["ops"], "ops", path);
   if (root["ops"].size() == 0) throw_config_error(path, root["ops"].Mark(), "ops: the list is empty");
-  for (const auto& op : root["ops"]) cfg.ops.push_back(parse_op(op, cfg, registry, path));
+  for (const auto& op : root["ops"]) {
+    cfg.ops.push_back(parse_op(op, cfg, registry, path));
+    check_ranks(op, cfg.ops.back(), *registry.find(cfg.ops.back().op), cfg, root["world_size"], path);
+  }
   if (auto v = root["gates"]) {
     cfg.gates = parse_gates(v, path);
     check_gate_names(v, cfg, registry, path);

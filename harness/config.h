@@ -90,6 +90,9 @@ struct Config {
   std::vector<OpSweep> ops;
   std::vector<Gate> gates;  // checked at the end of `topt run`
   std::vector<MetricName> metrics;  // hardware counters per row (CUPTI), checked against the GPU's chip first
+  // Ranks of a multi-process run, one process per GPU, that `topt run` starts (harness/launcher.h);
+  // 0: one process. A config with a world_size sweeps collective ops only, and they need one.
+  int world_size = 0;
   std::string text;  // the YAML as read, for provenance
 };
 

@@ -18,6 +18,8 @@
 
 namespace topt {
 
+class Collective;
+
 // One point of a sweep: an op, its parameters and its element type.
 struct Case {
   std::string op;
@@ -153,6 +155,19 @@ struct Impl {
   bool chooses_plan = false;
 };
 
+// An op whose implementations run on several ranks at once, one process per GPU (a config's
+// world_size; harness/collective_runner.h): an all-reduce, a tensor-parallel block.
+struct CollectiveSpec {
+  // Allocates this rank's tensors (a CollectiveProblem) and fills its inputs from `seed` and its rank.
+  std::function<std::unique_ptr<Problem>(const Case&, uint64_t seed, Collective&, cudaStream_t)> make_problem;
+  // nccl-tests' size: the bytes each rank's buffer holds; algbw = bytes / time.
+  std::function<double(const Case&)> bytes_per_rank;
+  // busbw = algbw · bus_factor(ranks) (nccl-tests' PERFORMANCE.md; all-reduce: 2(n−1)/n).
+  std::function<double(int ranks)> bus_factor;
+  // Whether several ranks may share one GPU (a check-only run: timings there mean nothing).
+  bool ranks_may_share_gpu = true;
+};
+
 struct OpDef {
   std::string name;
   std::string summary;
@@ -163,8 +178,10 @@ struct OpDef {
   std::function<Cost(const Case&)> cost;
   // Why a case is not a valid instance of the op (e.g. a zero width), or "".
   std::function<std::string(const Case&)> invalid;
-  // Allocates the case's tensors and fills the inputs with values seeded by `seed`.
+  // Allocates the case's tensors and fills the inputs with values seeded by `seed` (ops of one process).
   std::function<std::unique_ptr<Problem>(const Case&, uint64_t seed, cudaStream_t)> make_problem;
+  // Set for collective ops instead of make_problem.
+  std::optional<CollectiveSpec> collective;
   std::vector<Impl> impls;
 
   const Impl* find_impl(const std::string& impl_name) const;

@@ -20,6 +20,8 @@ void Registry::add(OpDef op) {
   if (find(op.name)) throw std::logic_error("op '" + op.name + "' registered twice");
   if (!op.find_impl(op.baseline))
     throw std::logic_error("op '" + op.name + "': baseline '" + op.baseline + "' is not one of its impls");
+  if (bool(op.make_problem) == op.collective.has_value())
+    throw std::logic_error("op '" + op.name + "': give make_problem (one process) or collective (several), not both");
   ops_.push_back(std::move(op));
 }
 

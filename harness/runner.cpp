@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,7 +14,6 @@
 #include "harness/cuda_check.h"
 #include "harness/cupti_check.h"
 #include "harness/cupti_profiler.h"
-#include "harness/gates.h"
 #include "harness/gbench_driver.h"
 #include "harness/nvtx.h"
 #include "harness/peaks.h"
@@ -23,34 +21,19 @@
 #include "harness/registry.h"
 #include "harness/results.h"
 #include "harness/run_order.h"
+#include "harness/run_output.h"
+#include "harness/run_steps.h"
 #include "harness/stats.h"
 #include "harness/text.h"
 
 namespace topt {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-// Whole numbers (counts, bytes) as JSON integers, so that files show 1073741824 rather than 1.07e9.
-Json metric_json(double v) {
-  return std::floor(v) == v && std::fabs(v) < 0x1p53 ? Json(int64_t(v)) : Json(v);
-}
-
-// The worst element of a check, for the row; JSON has no NaN or inf, so those are written as text.
-Json worst_element_json(const CheckResult& check) {
-  if (!check.worst) return nullptr;
-  const WorstElement& w = *check.worst;
-  auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json(fmt::format("{}", v)); };
-  return {{"output", w.output},          {"where", w.where},         {"out", number(w.out)},
-          {"ref", number(w.ref)},        {"error", number(w.error)}, {"allowed", number(w.allowed)},
-          {"share_of_tolerance", number(w.ratio())}};
-}
 
 class SweepRunner {
  public:
   SweepRunner(const Config& cfg, const RunOptions& opt, const DeviceInfo& device)
-      : cfg_(cfg), opt_(opt), device_(device) {
+      : cfg_(cfg), opt_(opt), device_(device), output_(opt.profile ? "" : opt.out_dir, opt.resume) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     timer_ = std::make_unique<Timer>(device_, stream_);
   }
@@ -60,53 +43,23 @@ class SweepRunner {
   }
 
   int run(const std::vector<PlannedCase>& plan) {
-    fs::create_directories(opt_.out_dir);
-    jsonl_ = (fs::path(opt_.out_dir) / "results.jsonl").string();
-    std::set<std::string> done;
-    if (opt_.resume) {
-      for (auto& r : read_jsonl(jsonl_)) {
-        done.insert(r.key());
-        rows_.push_back(r);
-      }
-    } else if (fs::exists(jsonl_)) {
-      fs::remove(jsonl_);
-    }
-
     start_counters();
     peaks_ = measure_peaks(*timer_, stream_, cfg_.seed);
-    ResultsFile partial{run_context(device_, cfg_, peaks_, opt_.command_line), {}};
-    if (!cfg_.metrics.empty()) partial.context["counters"] = counters_note_;
-    write_results_json((fs::path(opt_.out_dir) / "results.json").string(), partial);
+    Json context = run_context(device_, cfg_, peaks_, opt_.command_line);
+    if (!cfg_.metrics.empty()) context["counters"] = counters_note_;
+    output_.start(std::move(context));
 
-    bool context_lost = run_plan(plan, done);
+    bool context_lost = run_plan(plan, output_.done());
 
-    if (!cfg_.metrics.empty()) partial.context["counters"] = counters_note_;
-    ResultsFile f{std::move(partial.context), rows_};
-    write_results_json((fs::path(opt_.out_dir) / "results.json").string(), f);
-    write_results_csv((fs::path(opt_.out_dir) / "results.csv").string(), rows_);
-    write_text_file((fs::path(opt_.out_dir) / "results.md").string(), results_markdown(f));
-
-    int failed = 0, ok = 0, other = 0;
-    for (auto& r : rows_) (is_failure(r.status) ? failed : r.status == Status::ok ? ok : other)++;
-    fmt::print("topt run: {} rows: {} ok, {} failed, {} unsupported or skipped; results in {}\n", rows_.size(), ok,
-               failed, other, opt_.out_dir);
-    if (std::string warning = throttled_rows_warning(rows_, device_.max_sm_clock_mhz); !warning.empty())
-      fmt::print(stderr, "topt run: warning: {}\n", warning);
-    if (std::string note = noisy_rows_note(rows_); !note.empty()) fmt::print("topt run: {}\n", note);
-    int gate_failures = check_gates();
-    if (context_lost)
-      fmt::print(stderr,
-                 "topt run: the CUDA context was lost; the sweep stopped. Rows measured so far are saved. "
-                 "Rerun with --resume --out {} to continue after the failing case.\n",
-                 opt_.out_dir);
-    return failed || context_lost || gate_failures ? 1 : 0;
+    if (!cfg_.metrics.empty()) output_.context()["counters"] = counters_note_;
+    return output_.finish(cfg_, device_.max_sm_clock_mhz, context_lost);
   }
 
   // `topt profile`: no peaks, no counters, no files; what ncu needs to pick each launch is printed.
   int profile(const std::vector<PlannedCase>& plan) {
     bool context_lost = run_plan(plan, {});
     int failed = 0;
-    for (auto& r : rows_) failed += is_failure(r.status);
+    for (auto& r : output_.rows()) failed += is_failure(r.status);
     for (auto& line : profiled_) fmt::print("{}\n", line);
     fmt::print("topt profile: {} launches profiled, {} rows failed\n", profiled_.size(), failed);
     return failed || context_lost ? 1 : 0;
@@ -185,51 +138,19 @@ class SweepRunner {
                                     shell_quote(ncu_nvtx_include(pc.c, impl))));
   }
 
-  // The config's gates over this run's rows; a table of what broke them goes to stdout and gates.md.
-  int check_gates() {
-    if (cfg_.gates.empty()) return 0;
-    auto violations = evaluate_gates(cfg_.gates, rows_);
-    std::string md = violations.empty() ? fmt::format("All {} gates passed.\n", cfg_.gates.size())
-                                        : gate_report_markdown(violations);
-    write_text_file((fs::path(opt_.out_dir) / "gates.md").string(), md);
-    fmt::print("{}", violations.empty() ? md : "topt run: gates failed:\n" + md);
-    return int(violations.size());
-  }
-
-  ResultRow base_row(const PlannedCase& pc, const PlannedImpl& pi) const {
-    ResultRow r;
-    r.op = pc.c.op;
-    r.impl = pi.impl->name;
-    r.is_baseline = pi.is_baseline;
-    r.params = pc.c.params;
-    r.dtype = dtype_name(pc.c.dtype);
-    r.flops = pc.cost.flops;
-    r.bytes = pc.cost.bytes;
-    if (r.bytes > 0) r.bandwidth_ceiling = pc.cost.reads_only ? "read" : "copy";
-    r.command = fmt::format("topt run {} --filter {}", shell_quote(cfg_.path),
-                            shell_quote("^" + regex_escape(pc.c.name(pi.impl->name)) + "$"));
-    return r;
-  }
-
-  void record(ResultRow r, Progress& progress) {
-    if (is_failure(r.status)) progress.note(fmt::format("FAIL {}: {}: {}", r.key(), status_name(r.status), r.reason));
-    if (!opt_.profile) append_jsonl(jsonl_, r);
-    rows_.push_back(std::move(r));
-  }
-
   // Returns true when the CUDA context is lost and the sweep must stop.
   bool run_case(const PlannedCase& pc, const std::set<std::string>& done, Progress& progress) {
     std::vector<const PlannedImpl*> todo;
     for (auto& pi : pc.impls)
-      if (!done.count(base_row(pc, pi).key())) todo.push_back(&pi);
+      if (!done.count(planned_row(cfg_, pc, pi).key())) todo.push_back(&pi);
     if (todo.empty()) return false;
 
     auto fail_all = [&](Status st, const std::string& why) {
       for (auto* pi : todo) {
-        ResultRow r = base_row(pc, *pi);
+        ResultRow r = planned_row(cfg_, pc, *pi);
         r.status = st;
         r.reason = why;
-        record(std::move(r), progress);
+        output_.record(std::move(r), progress);
       }
     };
 
@@ -256,11 +177,7 @@ class SweepRunner {
       return true;
     }
 
-    std::optional<double> baseline_us;
-    for (auto& existing : rows_)
-      if (existing.is_baseline && existing.op == pc.c.op && existing.params == pc.c.params &&
-          existing.dtype == dtype_name(pc.c.dtype) && existing.time_us)
-        baseline_us = existing.time_us->median;
+    std::optional<double> baseline_us = recorded_baseline_us(output_.rows(), pc.c);
     auto finish = [&](ResultRow r) {
       if (r.time_us) {
         if (r.is_baseline) baseline_us = r.time_us->median;
@@ -273,14 +190,14 @@ class SweepRunner {
           r.metrics["read_bound_way"] = bound->second.way;
         }
       }
-      record(std::move(r), progress);
+      output_.record(std::move(r), progress);
     };
 
     const MeasureSettings& m = pc.sweep->measure;
     const bool interleave = m.interleave && !opt_.profile;
     std::vector<Checked> checked;  // interleave: every impl checked first, then timed in rounds
     for (auto* pi : todo) {
-      Checked c{pi, base_row(pc, *pi), nullptr, {}};
+      Checked c{pi, planned_row(cfg_, pc, *pi), nullptr, {}};
       bool lost = false;
       if (!pi->skip_reason.empty()) {
         c.row.status = Status::unsupported;
@@ -299,7 +216,7 @@ class SweepRunner {
               return;
             }
             NvtxCaseRange range(pc.c, pi->impl->name);
-            poison_outputs(*problem);
+            poison_outputs(*problem, stream_);
             c.reps = run_benchmark(pc.c.name(pi->impl->name), m.repetitions,
                                    [&] { return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m); });
             if (check_timed_output(*problem, ref, c)) finish_timing(c);
@@ -318,7 +235,7 @@ class SweepRunner {
         if (!c.inst) continue;  // failed in an earlier round
         lost = guarded(c.row, [&] {
           NvtxCaseRange range(pc.c, c.pi->impl->name);
-          poison_outputs(*problem);
+          poison_outputs(*problem, stream_);
           c.reps.push_back(
               run_benchmark(pc.c.name(c.pi->impl->name), 1, [&] {
                 return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m);
@@ -388,45 +305,14 @@ class SweepRunner {
     std::vector<Measurement> reps;  // timed repetitions so far
   };
 
-  // Runs `work`, turning what it throws into the row's status. Returns true when the CUDA context
-  // is lost.
-  template <class F>
-  bool guarded(ResultRow& r, F&& work) {
-    try {
-      work();
-    } catch (const Unsupported& e) {
-      r.status = Status::unsupported;
-      r.reason = e.what();
-    } catch (const OutOfMemory& e) {
-      r.status = Status::skipped;
-      r.reason = e.what();
-    } catch (const CudaError& e) {
-      r.status = Status::error;
-      r.reason = e.what();
-      return e.sticky;
-    } catch (const std::exception& e) {
-      r.status = Status::error;
-      r.reason = e.what();
-    }
-    return false;
-  }
-
   // Prepares the instance and checks one launch of it. On success c.inst is set and c.row.status is
   // ok; otherwise c.inst is null and the row says why. Returns true when the CUDA context is lost.
   bool prepare_and_check(const PlannedCase& pc, const Problem& problem, const Reference& ref, Checked& c) {
     std::optional<NvtxCaseRange> range;  // in `topt profile`, around the profiled launch alone
     if (!opt_.profile) range.emplace(pc.c, c.pi->impl->name);
     const bool lost = guarded(c.row, [&] {
-      std::unique_ptr<Instance> inst = c.pi->impl->prepare(problem, pc.c, stream_);
-      // Set-up may have gone to any stream (a plain cudaMemset goes to the legacy one, which our
-      // non-blocking stream does not wait for): finish it before the checked launch.
-      CUDA_CHECK(cudaDeviceSynchronize());
-      poison_outputs(problem);
-      inst->launch(stream_);
-      CUDA_CHECK_LAUNCH();
-      inst->copy_out(stream_);
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      CheckResult check = check_outputs(problem, ref, stream_);
+      std::unique_ptr<Instance> inst = prepare_instance(*c.pi->impl, problem, pc.c, stream_);
+      CheckResult check = launch_and_check(*inst, problem, ref, stream_);
       record_check(check, c.row);
       if (!check.passes()) {
         c.row.status = Status::check_failed;
@@ -440,23 +326,11 @@ class SweepRunner {
     return lost;
   }
 
-  void poison_outputs(const Problem& problem) {
-    for (auto& out : problem.outputs()) poison_nan(out, stream_);
-  }
-
-  static void record_check(const CheckResult& check, ResultRow& row) {
-    row.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
-    row.wrong_elements = check.wrong;
-    row.worst_element = worst_element_json(check);
-  }
-
   // After timing: the last timed launch's outputs, poisoned before the timing, pass the same check as
   // the first launch did, so an implementation that caches its result or writes nothing on later
   // launches fails. Returns false, with the row failed and its instance released, when they do not.
   bool check_timed_output(const Problem& problem, const Reference& ref, Checked& c) {
-    c.inst->copy_out(stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CheckResult check = check_outputs(problem, ref, stream_);
+    CheckResult check = check_last_launch(*c.inst, problem, ref, stream_);
     if (check.passes()) return true;
     record_check(check, c.row);
     c.row.status = Status::check_failed;
@@ -479,23 +353,8 @@ class SweepRunner {
   // The row's timing from its repetitions, then the instance's workspace, metrics and counters.
   void finish_timing(Checked& c) {
     ResultRow& r = c.row;
-    Measurement meas = pool(c.reps);
-    r.time_us = meas.stats;
-    r.sm_clock_mhz = meas.sm_clock_mhz;
-    r.throttled = meas.throttled;
-    r.noisy = meas.noisy;
-    r.timer = meas.timer;
-    double seconds = meas.stats.median * 1e-6;
-    if (r.flops > 0) r.tflops = r.flops / seconds / 1e12;
-    if (r.bytes > 0) r.gbps = r.bytes / seconds / 1e9;
-    r.pct_of_peak = pct_of_peak(peaks_, r.gbps, r.tflops, r.bandwidth_ceiling == "read");
-    r.status = Status::ok;
-    if (size_t ws = c.inst->workspace_bytes()) r.metrics["workspace_bytes"] = ws;
-    for (auto& [name, value] : c.inst->metrics()) r.metrics[name] = metric_json(value);
-    if (PlanChoice plan = c.inst->plan_choice(); plan.tried > 0) {
-      r.metrics["plan"] = plan.name;
-      r.metrics["plans_tried"] = plan.tried;
-    }
+    record_timing(pool(c.reps), peaks_, r);
+    record_instance_metrics(*c.inst, r);
     if (counters_) collect_counters(*c.inst, r);
     c.inst.reset();  // its memory goes back before the next case
   }
@@ -509,8 +368,7 @@ class SweepRunner {
   std::unique_ptr<CounterCollector> counters_;
   Json counters_note_;                  // the context's "counters": what was asked, how, or why not
   std::vector<std::string> profiled_;   // `topt profile`: each launch and its ncu filter
-  std::string jsonl_;
-  std::vector<ResultRow> rows_;
+  RunOutput output_;
 };
 
 }  // namespace

@@ -115,31 +115,35 @@ double Timer::sample_once(const std::function<void()>& run, const MeasureSetting
   return double(ms) * 1e3;
 }
 
+cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < launches; ++i) launch(stream);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  cudaError_t err = cudaStreamEndCapture(stream, &graph);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Unsupported(std::string("cannot be captured in a CUDA graph: ") + cudaGetErrorString(err));
+  }
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(instantiated);
+  return exec;
+}
+
 Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m) {
   Measurement out;
   auto kernels = m.timer == TimerKind::cupti_activity ? std::make_unique<KernelDurations>() : nullptr;
   out.timer = std::string(kernels ? "cupti_activity" : "cuda_event") + (m.cuda_graph ? "+graph" : "") +
               "," + cache_mode_name(m.cache) + (kernels || m.hide_launch ? "" : ",launch_included");
 
-  cudaGraphExec_t graph_exec = nullptr;
-  if (m.cuda_graph) {
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      launch(stream_);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    cudaError_t err = cudaStreamEndCapture(stream_, &graph);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      throw Unsupported(std::string("cannot be captured in a CUDA graph: ") + cudaGetErrorString(err));
-    }
-    CUDA_CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-  }
+  cudaGraphExec_t graph_exec = m.cuda_graph ? capture_graph(launch, 1, stream_) : nullptr;
   auto run = [&] {
     if (graph_exec) CUDA_CHECK(cudaGraphLaunch(graph_exec, stream_));
     else launch(stream_);

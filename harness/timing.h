@@ -30,6 +30,10 @@ struct Measurement {
   std::string timer;                   // how it was timed, recorded with the row
 };
 
+// `launches` launches captured in one CUDA graph, instantiated; the caller destroys it. Throws
+// Unsupported when the launch cannot be captured.
+cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream);
+
 class Timer {
  public:
   // nvbench's default: a clock under 75% of the maximum SM clock counts as throttled.

@@ -76,6 +76,11 @@ def is_ours(impl):
     return impl.startswith("ours")
 
 
+def is_timed(row):
+    """An ok row with a time: not a check-only row (ranks sharing a GPU: docs/multi-gpu.md)."""
+    return row["status"] == "ok" and bool(row.get("time_us"))
+
+
 def median_us(row):
     return row["time_us"]["median"]
 
@@ -126,7 +131,7 @@ def verdict(speedup, interval):
 def ours_vs_best_other(case_rows):
     """The fastest ours* row of a case against the fastest other one: (verdict, speedup, interval,
     ours row, other row), or (why not, None...) when either side has no ok row."""
-    ok = [r for r in case_rows if r["status"] == "ok"]
+    ok = [r for r in case_rows if is_timed(r)]
     ours, other = fastest([r for r in ok if is_ours(r["impl"])]), fastest([r for r in ok if not is_ours(r["impl"])])
     if ours is None:
         return "no ours row ok", None, None, None, other
@@ -331,7 +336,7 @@ def case_chart(plt, rep, op, rows, kind, title, xlabel, value, reference=None, r
         for i, impl in enumerate(impls):
             ys, xs, lo, hi = [], [], [], []
             for y, case_rows in enumerate(cases):
-                ok = [r for r in case_rows if r["status"] == "ok"]
+                ok = [r for r in case_rows if is_timed(r)]
                 mine = next((r for r in ok if r["impl"] == impl), None)
                 point = value(mine, ok) if mine else None
                 if point is None or point[0] is None:
@@ -530,9 +535,9 @@ def charts_command(args):
         if peaks.get("bf16_gemm_TFLOPs") and peaks.get("dram_copy_GBps") else None
     rep = Report(args.out, args.name)
     for op, all_rows in by_key(doc["results"], lambda r: r["op"]).items():
-        rows = [r for r in all_rows if r["status"] == "ok"]
+        rows = [r for r in all_rows if is_timed(r)]
         if not rows:
-            rep.skip(op, "any", "no row of it is ok")
+            rep.skip(op, "any", "no row of it is ok and timed")
             continue
         # Memory-bound ops are judged in GB/s, compute-bound ones in TFLOP/s.
         intensities = sorted(r["flops"] / r["bytes"] for r in rows if r["bytes"] > 0)
@@ -540,6 +545,8 @@ def charts_command(args):
         speedup_chart(plt, rep, op, rows)
         roofline_chart(plt, rep, op, rows, peaks)
         throughput_chart(plt, rep, op, rows, peaks, memory_bound)
+        if any("busbw_gbps" in r.get("metrics", {}) for r in rows):  # collective ops: nccl-tests' two charts
+            axis_chart(plt, rep, op, rows, "latency", "median time (µs)", median_us)
         metric_charts(plt, rep, op, rows)
     json.dump({"charts": rep.charts, "skipped": rep.skipped}, sys.stdout, indent=1)
     print()

@@ -2,6 +2,7 @@
 // visible and the linker cannot drop a suite).
 #include "harness/registry.h"
 #include "suites/attention/attention_suites.h"
+#include "suites/comm/comm_suites.h"
 #include "suites/gemm/gemm_suites.h"
 #include "suites/norm/norm_suites.h"
 
@@ -23,6 +24,8 @@ const Registry& builtin_registry() {
     suites::register_gemm_int8(r);
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
+    suites::register_all_reduce(r);
+    suites::register_all_reduce_add_rmsnorm(r);
     return r;
   }();
   return registry;

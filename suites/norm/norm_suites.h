@@ -42,6 +42,12 @@ struct AddRmsNormReference {
 AddRmsNormReference add_rmsnorm_reference(const std::vector<double>& x, const std::vector<double>& residual,
                                           const std::vector<double>& w, int64_t rows, int64_t hidden, double eps);
 
+// The GPU reference of both, for cases too large for the CPU: naive, one thread per row, double
+// accumulation. With `residual` (else null) h = x + residual is written unrounded (else h is null) and
+// normalized; y = rmsnorm(h or x) · w. x, residual and w of `dtype` (bf16/fp16), h and y fp32.
+void rmsnorm_reference_gpu(const void* x, const void* residual, const void* w, float* h, float* y, int64_t rows,
+                           int64_t hidden, float eps, DType dtype, cudaStream_t stream);
+
 // y = (x - mean) / sqrt(var + eps) * w + b, biased variance.
 std::vector<double> layernorm_reference(const std::vector<double>& x, const std::vector<double>& w,
                                         const std::vector<double>& b, int64_t rows, int64_t hidden, double eps);

@@ -76,14 +76,9 @@ class RmsNormProblem : public Problem {
   }
 
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    dispatch_half_dtype(shape.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      rmsnorm_reference_kernel<T><<<unsigned((shape.tokens + 127) / 128), 128, 0, stream>>>(
-          x->as<T>(), with_residual ? residual->as<T>() : nullptr, w->as<T>(),
-          with_residual ? out[0].as<float>() : nullptr, out.back().as<float>(), shape.tokens, shape.hidden,
-          shape.eps);
-    });
-    CUDA_CHECK_LAUNCH();
+    rmsnorm_reference_gpu(x->data, with_residual ? residual->data : nullptr, w->data,
+                          with_residual ? out[0].as<float>() : nullptr, out.back().as<float>(), shape.tokens,
+                          shape.hidden, shape.eps, shape.dtype, stream);
   }
 
   // What the norm reads: h, once the residual add has written it, else x.
@@ -150,6 +145,16 @@ constexpr const char* kClusterNote =
     "slice at 4096), partial sums merged through DSMEM, one cluster barrier";
 
 }  // namespace
+
+void rmsnorm_reference_gpu(const void* x, const void* residual, const void* w, float* h, float* y, int64_t rows,
+                           int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
+  dispatch_half_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rmsnorm_reference_kernel<T><<<unsigned((rows + 127) / 128), 128, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<const T*>(w), h, y, rows, hidden, eps);
+  });
+  CUDA_CHECK_LAUNCH();
+}
 
 NormShape::NormShape(const Case& c)
     : tokens(c.params.i("tokens")), hidden(c.params.i("hidden")), eps(float(c.params.f("eps"))), dtype(c.dtype) {}

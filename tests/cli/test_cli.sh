@@ -75,6 +75,23 @@ expect 2 "gates\[0\].vs: the config runs no implementation 'unfused' for op 'rms
   "$TOPT" plan "$TMP/gate_vs.yaml"
 [[ -e "$TMP/out" ]] && { echo "FAIL: an invalid config or filter created output"; failures=$((failures + 1)); }
 
+# Multi-process configs (world_size): checked like any config, before ranks or a GPU; a rank's environment
+# checked before anything else it does.
+expect 0 'configs/all_reduce.yaml: 37 cases, 185 implementation runs' -- "$TOPT" plan "$SRC/configs/all_reduce.yaml"
+printf 'world_size: 2\nops:\n  - op: all_reduce\n    axes: {bytes: 4096}\n' >"$TMP/cold.yaml"
+expect 2 "cold.yaml:3:9: error: op 'all_reduce' is collective and timed hot" -- "$TOPT" run "$TMP/cold.yaml" --out "$TMP/out"
+printf 'measure: {cache: hot}\nops:\n  - op: all_reduce\n    axes: {bytes: 4096}\n' >"$TMP/no_ranks.yaml"
+expect 2 "op 'all_reduce' is collective: the config needs world_size" -- "$TOPT" run "$TMP/no_ranks.yaml" --out "$TMP/out"
+printf 'world_size: 2\nmeasure: {cache: hot}\nops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: 8}\n' >"$TMP/ranks_rmsnorm.yaml"
+expect 2 "world_size 2: op 'rmsnorm' \(line 4\) runs in one process" -- "$TOPT" plan "$TMP/ranks_rmsnorm.yaml"
+expect 2 "TOPT_RANK is set but TOPT_WORLD_SIZE is not" -- \
+  env TOPT_RANK=0 "$TOPT" run "$SRC/configs/all_reduce.yaml" --out "$TMP/out"
+expect 2 "topt profile: .*all_reduce.yaml runs 2 ranks" -- "$TOPT" profile "$SRC/configs/all_reduce.yaml"
+expect 2 'no case matches the filter' -- "$TOPT" run "$SRC/configs/all_reduce.yaml" --filter nothing-matches --out "$TMP/out"
+expect 2 "--impl: no op of .*all_reduce.yaml has an implementation 'bogus'" -- \
+  "$TOPT" run "$SRC/configs/all_reduce.yaml" --impl bogus --out "$TMP/out"
+[[ -e "$TMP/out" ]] && { echo "FAIL: an invalid multi-process run created output"; failures=$((failures + 1)); }
+
 # topt compare: a directory, files of different configs, and a file against itself.
 expect 2 "topt compare: error: $TMP: is a directory" -- "$TOPT" compare "$TMP" "$SRC/tests/data/recorded/h100_quick_run1.json"
 printf '{"schema": "topt.results/1", "context": {}, "results": []}' >"$TMP/empty.json"
@@ -103,6 +120,7 @@ expect 0 'results/report-[0-9]{8}-[0-9]{6}/index.html' -- \
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   expect 3 'no CUDA device' -- "$TOPT" run "$SRC/configs/quick.yaml" --out "$TMP/nogpu"
+  expect 3 'no CUDA device for the 2 ranks' -- "$TOPT" run "$SRC/configs/all_reduce.yaml" --out "$TMP/nogpu"
 fi
 
 echo "$failures failed"

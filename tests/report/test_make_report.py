@@ -101,5 +101,40 @@ class Headline(unittest.TestCase):
             self.assertIn(readme, done.stderr)
 
 
+def all_reduce_row(impl, size, median, baseline=False, timed=True):
+    r = {"op": "all_reduce", "impl": impl, "is_baseline": baseline, "params": {"bytes": size}, "dtype": "bf16",
+         "status": "ok", "flops": 0, "bytes": 0, "metrics": {"world_size": 2}}
+    if timed:
+        r["time_us"] = {"median": median}
+        r["metrics"].update({"algbw_gbps": size / median / 1e3, "busbw_gbps": size / median / 1e3})
+    else:
+        r["reason"] = "check only, not timed: the 2 ranks share 1 GPU(s), where times mean nothing"
+    return r
+
+
+class CollectiveCharts(unittest.TestCase):
+    def charts(self, rows):
+        with tempfile.TemporaryDirectory() as root:
+            path = os.path.join(root, "results.json")
+            with open(path, "w") as f:
+                json.dump(results(rows), f)
+            done = subprocess.run([sys.executable, SCRIPT, "charts", path, "--out", root, "--name", "ar"],
+                                  capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            return json.loads(done.stdout)
+
+    def test_latency_and_busbw_against_size(self):
+        rows = [all_reduce_row(impl, size, median * (1.0 if impl == "nccl" else 0.8), baseline=impl == "nccl")
+                for size, median in ((4096, 5.0), (65536, 6.0), (1 << 20, 12.0), (1 << 24, 60.0))
+                for impl in ("nccl", "ours")]
+        kinds = {c["kind"] for c in self.charts(rows)["charts"]}
+        self.assertTrue({"latency", "metric_busbw_gbps", "metric_algbw_gbps", "speedup"} <= kinds, kinds)
+
+    def test_check_only_rows_are_not_charted(self):
+        out = self.charts([all_reduce_row(impl, 4096, None, timed=False) for impl in ("ours", "ours_two_shot")])
+        self.assertEqual(out["charts"], [])
+        self.assertEqual(out["skipped"][0]["why"], "no row of it is ok and timed")
+
+
 if __name__ == "__main__":
     unittest.main()

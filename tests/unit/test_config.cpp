@@ -74,7 +74,7 @@ TEST(Config, UnknownKeyNamesLineColumnAndSuggests) {
 TEST(Config, UnknownTopLevelKeyListsValidNames) {
   std::string e = error_of("nmae: x\nops: []\n");
   EXPECT_NE(e.find("test.yaml:1:1"), std::string::npos) << e;
-  EXPECT_NE(e.find("expected one of: name, description, seed, measure, check, ops, gates"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected one of: name, description, seed, world_size, measure, check, ops, gates"), std::string::npos) << e;
 }
 
 TEST(Config, UnknownOp) {
