@@ -22,7 +22,7 @@ void add_list_command(CLI::App& app, int& exit_code) {
       fmt::print("  {:<12} {:<9} {}\n", "reference", "reference", op.reference_note);
       for (auto& impl : op.impls)
         fmt::print("  {:<12} {:<9} {}\n", impl.name,
-                   impl.name == op.baseline ? "BASELINE" : impl.role == Role::baseline ? "baseline" : "ours",
+                   impl.name == op.baseline ? "BASELINE" : role_name(impl.role),
                    impl.note);
     }
     fmt::print("model presets:\n");

@@ -137,7 +137,11 @@ class LambdaInstance : public Instance {
   size_t workspace_;
 };
 
-enum class Role { baseline, ours };
+// baseline: the op's vendor library (cuDNN, cuBLASLt, NCCL) or its unfused form; peer: another
+// project's kernel (FlashInfer, CUTLASS); ours: this project's kernels. Ours are compared against the
+// fastest of the others in each case (speedup_vs_best_other).
+enum class Role { baseline, peer, ours };
+const char* role_name(Role role);  // "baseline", "peer", "ours"
 
 struct Impl {
   std::string name;

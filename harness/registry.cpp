@@ -10,6 +10,15 @@ std::string Case::label() const {
   return s + "dtype=" + dtype_name(dtype);
 }
 
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::baseline: return "baseline";
+    case Role::peer: return "peer";
+    case Role::ours: return "ours";
+  }
+  return "?";
+}
+
 const Impl* OpDef::find_impl(const std::string& impl_name) const {
   for (auto& i : impls)
     if (i.name == impl_name) return &i;
