@@ -320,14 +320,11 @@ class CollectiveRankRunner {
       }
       return e.context_lost;
     }
-    std::optional<double> baseline_us = recorded_baseline_us(output_.rows(), pc.c);
+    CaseComparisons comparisons(output_.rows(), pc.c);
     for (auto* pi : todo) {
       ResultRow r = planned_row(cfg_, pc, *pi);
       const bool lost = run_impl(pc, *pi, *problem, ref, r);
-      if (r.time_us) {
-        if (r.is_baseline) baseline_us = r.time_us->median;
-        if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
-      }
+      comparisons.apply(r);
       record(std::move(r), progress);
       if (lost) return true;
     }

@@ -103,6 +103,7 @@ Json row_to_json(const ResultRow& r) {
   j["op"] = r.op;
   j["impl"] = r.impl;
   j["is_baseline"] = r.is_baseline;
+  if (!r.role.empty()) j["role"] = r.role;
   j["params"] = r.params.to_json();
   j["dtype"] = r.dtype;
   j["status"] = status_name(r.status);
@@ -114,6 +115,12 @@ Json row_to_json(const ResultRow& r) {
   j["speedup_vs_baseline"] = opt(r.speedup_vs_baseline);
   j["speedup_lo"] = opt(r.speedup_lo);
   j["speedup_hi"] = opt(r.speedup_hi);
+  if (r.speedup_vs_best_other) {
+    j["speedup_vs_best_other"] = *r.speedup_vs_best_other;
+    j["best_other"] = r.best_other;
+    j["best_other_lo"] = opt(r.best_other_lo);
+    j["best_other_hi"] = opt(r.best_other_hi);
+  }
   j["rel_error"] = opt(r.rel_error);
   j["wrong_elements"] = r.wrong_elements ? Json(*r.wrong_elements) : Json(nullptr);
   j["worst_element"] = r.worst_element;
@@ -135,6 +142,7 @@ ResultRow row_from_json(const Json& j) {
   r.op = required<std::string>(j, "op");
   r.impl = required<std::string>(j, "impl");
   r.is_baseline = j.value("is_baseline", false);
+  r.role = j.value("role", "");
   if (!j.contains("params") || !j["params"].is_object())
     throw std::runtime_error("field 'params' must be an object");
   r.params = Params::from_json(j["params"]);
@@ -156,6 +164,10 @@ ResultRow row_from_json(const Json& j) {
   r.speedup_vs_baseline = opt_from(j, "speedup_vs_baseline");
   r.speedup_lo = opt_from(j, "speedup_lo");
   r.speedup_hi = opt_from(j, "speedup_hi");
+  r.speedup_vs_best_other = opt_from(j, "speedup_vs_best_other");
+  r.best_other = j.value("best_other", "");
+  r.best_other_lo = opt_from(j, "best_other_lo");
+  r.best_other_hi = opt_from(j, "best_other_hi");
   r.rel_error = opt_from(j, "rel_error");
   if (j.contains("wrong_elements") && j["wrong_elements"].is_number_integer())
     r.wrong_elements = j["wrong_elements"].get<int64_t>();
@@ -273,13 +285,13 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
   std::vector<const ResultRow*> all;
   for (auto& r : rows) all.push_back(&r);
   const std::vector<std::string> metrics = metric_names(all);  // a column each, after the fixed ones
-  out << "op,impl,is_baseline,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
-         "tflops,gbps,pct_of_peak,speedup_vs_baseline,speedup_lo,speedup_hi,rel_error,wrong_elements,sm_clock_mhz,"
-         "throttled,noisy";
+  out << "op,impl,is_baseline,role,params,dtype,status,reason,median_us,min_us,max_us,stdrel,samples,"
+         "tflops,gbps,pct_of_peak,speedup_vs_baseline,speedup_lo,speedup_hi,speedup_vs_best_other,best_other,"
+         "rel_error,wrong_elements,sm_clock_mhz,throttled,noisy";
   for (auto& m : metrics) out << ',' << quote("metrics." + m);
   out << '\n';
   for (auto& r : rows) {
-    out << r.op << ',' << r.impl << ',' << (r.is_baseline ? 1 : 0) << ',' << quote(r.params.str()) << ','
+    out << r.op << ',' << r.impl << ',' << (r.is_baseline ? 1 : 0) << ',' << r.role << ',' << quote(r.params.str()) << ','
         << r.dtype << ',' << status_name(r.status) << ',' << quote(r.reason) << ',';
     if (r.time_us)
       out << fmt::format("{:.4f},{:.4f},{:.4f},{:.5f},{}", r.time_us->median, r.time_us->min,
@@ -289,6 +301,7 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
     out << ',' << fmt_opt(r.tflops, "{:.3f}") << ',' << fmt_opt(r.gbps, "{:.2f}") << ','
         << fmt_opt(r.pct_of_peak, "{:.2f}") << ',' << fmt_opt(r.speedup_vs_baseline, "{:.4f}") << ','
         << fmt_opt(r.speedup_lo, "{:.4f}") << ',' << fmt_opt(r.speedup_hi, "{:.4f}") << ','
+        << fmt_opt(r.speedup_vs_best_other, "{:.4f}") << ',' << r.best_other << ','
         << fmt_opt(r.rel_error, "{:.3e}") << ',' << fmt_opt(r.wrong_elements, "{}") << ',' << fmt_opt(r.sm_clock_mhz, "{:.0f}") << ','
         << (r.throttled ? 1 : 0) << ',' << (r.noisy ? 1 : 0);
     for (auto& m : metrics) {
@@ -311,8 +324,8 @@ std::string results_markdown(const ResultsFile& f) {
     if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
   for (auto& op : ops) {
     md << "### " << op << "\n\n"
-       << "| params | impl | status | median µs | ±% | TFLOP/s | GB/s | % peak | speedup | rel err | wrong |\n"
-       << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+       << "| params | impl | status | median µs | ±% | TFLOP/s | GB/s | % peak | speedup | vs best other | rel err | wrong |\n"
+       << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (auto& r : f.rows) {
       if (r.op != op) continue;
       std::string p = md_cell(r.params.str() + ",dtype=" + r.dtype);
@@ -329,7 +342,9 @@ std::string results_markdown(const ResultsFile& f) {
          << fmt_opt(r.tflops, "{:.1f}") << " | " << fmt_opt(r.gbps, "{:.0f}") << " | "
          << fmt_opt(r.pct_of_peak, "{:.1f}") << " | " << fmt_opt(r.speedup_vs_baseline, "{:.2f}x")
          << (r.speedup_lo && r.speedup_hi ? fmt::format(" [{:.2f}, {:.2f}]", *r.speedup_lo, *r.speedup_hi) : "") << " | "
-         << fmt_opt(r.rel_error, "{:.1e}") << " | " << fmt_opt(r.wrong_elements, "{}") << " |\n";
+         << (r.speedup_vs_best_other ? fmt::format("{:.2f}x {}", *r.speedup_vs_best_other, md_cell(r.best_other)) : "")
+         << (r.best_other_lo && r.best_other_hi ? fmt::format(" [{:.2f}, {:.2f}]", *r.best_other_lo, *r.best_other_hi) : "")
+         << " | " << fmt_opt(r.rel_error, "{:.1e}") << " | " << fmt_opt(r.wrong_elements, "{}") << " |\n";
     }
     md << '\n';
     // What the rows report beside their timing (workspace, hardware counters, ...): a table of its own.

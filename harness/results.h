@@ -25,6 +25,7 @@ inline bool is_failure(Status s) { return s == Status::check_failed || s == Stat
 struct ResultRow {
   std::string op, impl;
   bool is_baseline = false;
+  std::string role;  // the implementation's: "baseline", "peer" or "ours" ("" in files from before roles)
   Params params;
   std::string dtype;
   Status status = Status::ok;
@@ -38,6 +39,10 @@ struct ResultRow {
   // Interleaved runs: each round's speedup is baseline/impl within that round (same clock history);
   // [lo, hi] covers the median of those round speedups with >= 95% probability (stats.h).
   std::optional<double> speedup_lo, speedup_hi;
+  // Ours: against the fastest implementation of the case that is not ours (a baseline or a peer),
+  // named in best_other; [lo, hi] from the rounds against it, as speedup_lo/hi.
+  std::optional<double> speedup_vs_best_other, best_other_lo, best_other_hi;
+  std::string best_other;
   double flops = 0, bytes = 0;           // the op's model for this case
   std::string bandwidth_ceiling;         // "read" or "copy": the measured rate pct_of_peak's bandwidth is of
   std::optional<double> sm_clock_mhz;    // median SM clock sampled while timing (NVML)

@@ -31,6 +31,7 @@ ResultRow planned_row(const Config& cfg, const PlannedCase& pc, const PlannedImp
   r.op = pc.c.op;
   r.impl = pi.impl->name;
   r.is_baseline = pi.is_baseline;
+  r.role = role_name(pi.impl->role);
   r.params = pc.c.params;
   r.dtype = dtype_name(pc.c.dtype);
   r.flops = pc.cost.flops;
@@ -41,13 +42,28 @@ ResultRow planned_row(const Config& cfg, const PlannedCase& pc, const PlannedImp
   return r;
 }
 
-std::optional<double> recorded_baseline_us(const std::vector<ResultRow>& rows, const Case& c) {
-  std::optional<double> us;
-  for (auto& existing : rows)
-    if (existing.is_baseline && existing.op == c.op && existing.params == c.params &&
-        existing.dtype == dtype_name(c.dtype) && existing.time_us)
-      us = existing.time_us->median;
-  return us;
+CaseComparisons::CaseComparisons(const std::vector<ResultRow>& recorded, const Case& c) {
+  for (const ResultRow& r : recorded)
+    if (r.op == c.op && r.params == c.params && r.dtype == dtype_name(c.dtype)) note(r);
+}
+
+void CaseComparisons::note(const ResultRow& r) {
+  if (!r.time_us || r.status != Status::ok) return;
+  if (r.is_baseline) baseline_us_ = r.time_us->median;
+  if (r.role != "ours" && (!best_other_us_ || r.time_us->median < *best_other_us_)) {
+    best_other_us_ = r.time_us->median;
+    best_other_ = r.impl;
+  }
+}
+
+void CaseComparisons::apply(ResultRow& r) {
+  note(r);
+  if (!r.time_us || r.status != Status::ok) return;
+  if (baseline_us_) r.speedup_vs_baseline = *baseline_us_ / r.time_us->median;
+  if (r.role == "ours" && best_other_us_) {
+    r.speedup_vs_best_other = *best_other_us_ / r.time_us->median;
+    r.best_other = best_other_;
+  }
 }
 
 void record_check(const CheckResult& check, ResultRow& row) {

@@ -24,8 +24,23 @@ Json metric_json(double v);
 // that reproduces it.
 ResultRow planned_row(const Config& cfg, const PlannedCase& pc, const PlannedImpl& pi);
 
-// The median of the baseline's row for `c` among `rows` (recorded earlier in this run or a resumed one).
-std::optional<double> recorded_baseline_us(const std::vector<ResultRow>& rows, const Case& c);
+// What a case's rows are compared with as they finish: the op's baseline, and for ours the fastest
+// implementation that is not ours (a baseline or a peer). expand_sweep orders a case's implementations
+// baseline first and ours last, so both are known by the time a row of ours finishes.
+class CaseComparisons {
+ public:
+  // `recorded`: rows on disk already (earlier in this run, or the run being resumed); those of `c` count.
+  CaseComparisons(const std::vector<ResultRow>& recorded, const Case& c);
+  // Notes the row's time if it is a baseline's or a peer's, then sets its speedups.
+  void apply(ResultRow& r);
+  // The fastest other so far ("": none timed).
+  const std::string& best_other() const { return best_other_; }
+
+ private:
+  void note(const ResultRow& r);
+  std::optional<double> baseline_us_, best_other_us_;
+  std::string best_other_;
+};
 
 // The element check's figures in the row: wrong elements, worst element, rel_error.
 void record_check(const CheckResult& check, ResultRow& row);

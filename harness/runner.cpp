@@ -177,11 +177,10 @@ class SweepRunner {
       return true;
     }
 
-    std::optional<double> baseline_us = recorded_baseline_us(output_.rows(), pc.c);
+    CaseComparisons comparisons(output_.rows(), pc.c);
     auto finish = [&](ResultRow r) {
+      comparisons.apply(r);
       if (r.time_us) {
-        if (r.is_baseline) baseline_us = r.time_us->median;
-        if (baseline_us) r.speedup_vs_baseline = *baseline_us / r.time_us->median;
         const Impl* impl = pc.op->find_impl(r.impl);
         auto bound = impl ? bounds.find(impl->read_bound) : bounds.end();
         if (bound != bounds.end()) {
@@ -249,9 +248,16 @@ class SweepRunner {
         finish_timing(c);
         c.row.timer += ",interleaved";
       });
-    auto base = std::find_if(checked.begin(), checked.end(), [](const Checked& c) { return c.row.is_baseline; });
+    // Rows are moved out as they finish: implementations are found by their Impl.
+    auto impl_named = [&](const std::string& name) {
+      return std::find_if(checked.begin(), checked.end(), [&](const Checked& c) { return c.pi->impl->name == name; });
+    };
+    auto base = std::find_if(checked.begin(), checked.end(), [](const Checked& c) { return c.pi->is_baseline; });
     for (Checked& c : checked) {
-      if (base != checked.end() && &c != &*base) set_round_speedups(*base, c);
+      if (base != checked.end() && &c != &*base) set_round_interval(*base, c, c.row.speedup_lo, c.row.speedup_hi);
+      // Ours come after every other implementation, whose rows have finished: the fastest is known.
+      if (auto best = impl_named(comparisons.best_other()); c.pi->impl->role == Role::ours && best != checked.end())
+        set_round_interval(*best, c, c.row.best_other_lo, c.row.best_other_hi);
       finish(std::move(c.row));
     }
     return lost;
@@ -339,14 +345,15 @@ class SweepRunner {
     return false;
   }
 
-  // From rounds that both completed: the interval of the median of baseline/impl per round.
-  static void set_round_speedups(const Checked& base, Checked& c) {
-    if (base.row.status != Status::ok || c.row.status != Status::ok || base.reps.size() != c.reps.size()) return;
+  // From rounds that both completed: the interval of the median of other/impl per round, into lo and hi.
+  static void set_round_interval(const Checked& other, const Checked& c, std::optional<double>& lo,
+                                 std::optional<double>& hi) {
+    if (other.row.status != Status::ok || c.row.status != Status::ok || other.reps.size() != c.reps.size()) return;
     std::vector<double> ratios;
-    for (size_t i = 0; i < c.reps.size(); ++i) ratios.push_back(base.reps[i].stats.median / c.reps[i].stats.median);
+    for (size_t i = 0; i < c.reps.size(); ++i) ratios.push_back(other.reps[i].stats.median / c.reps[i].stats.median);
     if (auto ci = median_interval_95(std::move(ratios))) {
-      c.row.speedup_lo = ci->first;
-      c.row.speedup_hi = ci->second;
+      lo = ci->first;
+      hi = ci->second;
     }
   }
 

@@ -111,13 +111,15 @@ std::vector<PlannedCase> expand_sweep(const Config& cfg, const Registry& registr
     std::vector<Params> assignments = cartesian(s.axes);
     assignments.insert(assignments.end(), s.include.begin(), s.include.end());
 
-    // The baseline first, then the rest in registration order.
+    // The baseline first, then the other baselines and the peers, then ours, each in registration
+    // order: a row of ours is compared with every other's (CaseComparisons).
     std::vector<const Impl*> impls;
     for (auto& impl : op->impls) {
       bool selected = s.impls.empty() || std::count(s.impls.begin(), s.impls.end(), impl.name);
       bool cli_selected = filter.impls.empty() || std::count(filter.impls.begin(), filter.impls.end(), impl.name);
       if (selected && cli_selected) impls.push_back(&impl);
     }
+    std::stable_partition(impls.begin(), impls.end(), [](const Impl* i) { return i->role != Role::ours; });
     std::stable_partition(impls.begin(), impls.end(), [&](const Impl* i) { return i->name == op->baseline; });
 
     const std::string variant = timing_variant(s.measure);

@@ -72,8 +72,9 @@ def load_results(path):
 
 # ---- cases and who leads them ------------------------------------------------------------------
 
-def is_ours(impl):
-    return impl.startswith("ours")
+def is_ours(row):
+    """The row's role where recorded (ours, baseline, peer); older files named ours' rungs ours*."""
+    return row["role"] == "ours" if row.get("role") else row["impl"].startswith("ours")
 
 
 def is_timed(row):
@@ -110,11 +111,14 @@ def label(row, keys, sep=","):
 
 
 def speedup_over(row, other):
-    """time(other) / time(row), with the per-round 95% interval when `other` is the baseline the row's
-    interval was measured against (interleaved runs record speedup_lo/hi vs the baseline only)."""
-    if other["is_baseline"] and row.get("speedup_vs_baseline") is not None:
-        lo, hi = row.get("speedup_lo"), row.get("speedup_hi")
-        return row["speedup_vs_baseline"], (lo, hi) if lo is not None and hi is not None else None
+    """time(other) / time(row), with the per-round 95% interval where the run measured one against
+    `other`: the baseline (speedup_lo/hi) or, for ours, the fastest other (best_other_lo/hi)."""
+    for speedup, lo, hi, against in (("speedup_vs_baseline", "speedup_lo", "speedup_hi", other["is_baseline"]),
+                                     ("speedup_vs_best_other", "best_other_lo", "best_other_hi",
+                                      row.get("best_other") == other["impl"])):
+        if against and row.get(speedup) is not None:
+            lo, hi = row.get(lo), row.get(hi)
+            return row[speedup], (lo, hi) if lo is not None and hi is not None else None
     return median_us(other) / median_us(row), None
 
 
@@ -132,7 +136,7 @@ def ours_vs_best_other(case_rows):
     """The fastest ours* row of a case against the fastest other one: (verdict, speedup, interval,
     ours row, other row), or (why not, None...) when either side has no ok row."""
     ok = [r for r in case_rows if is_timed(r)]
-    ours, other = fastest([r for r in ok if is_ours(r["impl"])]), fastest([r for r in ok if not is_ours(r["impl"])])
+    ours, other = fastest([r for r in ok if is_ours(r)]), fastest([r for r in ok if not is_ours(r)])
     if ours is None:
         return "no ours row ok", None, None, None, other
     if other is None:
@@ -156,7 +160,7 @@ def headline_rows(doc):
     """Per op of a results file that has ours* implementations: counts of each verdict and the worst case."""
     out = []
     for op, rows in by_key(doc["results"], lambda r: r["op"]).items():
-        if not any(is_ours(r["impl"]) for r in rows):
+        if not any(is_ours(r) for r in rows):
             continue
         cases = by_key(rows, case_key)
         keys = short_label_keys(rows)
@@ -173,7 +177,7 @@ def headline_rows(doc):
 
 def ops_without_ours(doc):
     return [op for op, rows in by_key(doc["results"], lambda r: r["op"]).items()
-            if not any(is_ours(r["impl"]) for r in rows)]
+            if not any(is_ours(r) for r in rows)]
 
 
 def headline_markdown(reports, chart_paths):
@@ -380,7 +384,8 @@ def speedup_chart(plt, rep, op, rows):
 
     case_chart(plt, rep, op, rows, "speedup", "each implementation against the fastest other one, per case",
                "speedup over the fastest other implementation of the case (×; >1: faster; error bars: 95% "
-               "interval of the per-round speedup, where measured against the baseline)", speedup, 1.0, ratio=True)
+               "interval of the per-round speedup, where the run measured one against that implementation)",
+               speedup, 1.0, ratio=True)
 
 
 def bandwidth_peak(rows, peaks):
@@ -558,7 +563,7 @@ def headline_chart_specs(gpu, configs):
     """The charts README shows for one GPU folder: [{title, png (relative to README), draw(plt, path)}]."""
     folder = f"reports/{gpu}/headline"
     ops = [(config, op, rows) for config, _, doc in configs
-           for op, rows in by_key(doc["results"], lambda r: r["op"]).items() if any(is_ours(r["impl"]) for r in rows)]
+           for op, rows in by_key(doc["results"], lambda r: r["op"]).items() if any(is_ours(r) for r in rows)]
     specs = [{"title": f"{gpu}: ours against the fastest other implementation, every case",
               "png": f"{folder}/speedup.png", "draw": lambda plt, path: summary_speedup_chart(plt, path, gpu, ops)},
              {"title": f"{gpu}: % of the measured ceiling, ours and the fastest other implementation",
@@ -568,7 +573,7 @@ def headline_chart_specs(gpu, configs):
     for _, _, doc in configs:
         peaks = doc.get("context", {}).get("measured_peaks") or {}
         for op, rows in by_key(doc["results"], lambda r: r["op"]).items():
-            if any(r["flops"] > 0 for r in rows) and any(is_ours(r["impl"]) for r in rows):
+            if any(r["flops"] > 0 for r in rows) and any(is_ours(r) for r in rows):
                 pooled, best_peaks, most = roofline_ops.get(op, ([], peaks, 0))
                 roofline_ops[op] = (pooled + rows, peaks if len(rows) > most else best_peaks, max(most, len(rows)))
     roofline_ops = [(op, rows, peaks) for op, (rows, peaks, _) in roofline_ops.items()]
@@ -647,7 +652,7 @@ def summary_roofline_chart(plt, path, gpu, roofline_ops):
     colors = {"ours": OURS_COLOR, "fastest other": OTHER_COLOR}
     for ax, (op, rows, peaks) in zip(axes.flat, roofline_ops):
         best = [r for ours, other, _, _ in best_pairs(rows) for r in (ours, other)]
-        drawn = draw_roofline(ax, best, peaks, lambda r: "ours" if is_ours(r["impl"]) else "fastest other", colors)
+        drawn = draw_roofline(ax, best, peaks, lambda r: "ours" if is_ours(r) else "fastest other", colors)
         ax.set_title(op, fontsize=9)
         if drawn:
             roof = ax.get_lines()[0].get_label().replace("measured roofs: ", "")

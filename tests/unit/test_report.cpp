@@ -55,7 +55,7 @@ class ReportTree : public ::testing::Test {
     EXPECT_NE(md.find("## quick: NVIDIA H100 80GB HBM3"), std::string::npos);
     EXPECT_NE(md.find("### rmsnorm"), std::string::npos);
     EXPECT_NE(md.find("dram_copy_GBps: 3012.4"), std::string::npos) << md;
-    EXPECT_NE(slurp(dir() / "quick.csv").find("rmsnorm,ours,0,\"model=llama2-7b,tokens=16,hidden=4096,eps=1e-05\",bf16,ok"),
+    EXPECT_NE(slurp(dir() / "quick.csv").find("rmsnorm,ours,0,,\"model=llama2-7b,tokens=16,hidden=4096,eps=1e-05\",bf16,ok"),
               std::string::npos);
     EXPECT_NE(slurp(dir() / "quick.md").find("[quick.json](../reports/h100/quick.json)"), std::string::npos);
     std::string page = slurp(dir() / "quick.html");

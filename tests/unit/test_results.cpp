@@ -76,6 +76,28 @@ TEST_F(ResultsIo, JsonRoundTrip) {
   EXPECT_TRUE(g.rows[0].worst_element.is_null());
 }
 
+TEST_F(ResultsIo, RoleAndBestOtherRoundTripAndShow) {
+  ResultsFile f;
+  f.rows = {sample_row("cudnn", 10), sample_row("ours", 8)};
+  f.rows[0].role = "baseline";
+  f.rows[1].role = "ours";
+  f.rows[1].speedup_vs_best_other = 1.25;
+  f.rows[1].best_other = "cudnn";
+  f.rows[1].best_other_lo = 1.2;
+  f.rows[1].best_other_hi = 1.3;
+  std::string path = (dir / "results.json").string();
+  write_results_json(path, f);
+  ResultsFile g = read_results_json(path);
+  EXPECT_EQ(g.rows[0].role, "baseline");
+  EXPECT_FALSE(g.rows[0].speedup_vs_best_other);
+  EXPECT_EQ(g.rows[1].role, "ours");
+  EXPECT_DOUBLE_EQ(*g.rows[1].speedup_vs_best_other, 1.25);
+  EXPECT_EQ(g.rows[1].best_other, "cudnn");
+  EXPECT_DOUBLE_EQ(*g.rows[1].best_other_lo, 1.2);
+  EXPECT_DOUBLE_EQ(*g.rows[1].best_other_hi, 1.3);
+  EXPECT_NE(results_markdown(g).find("| 1.25x cudnn [1.20, 1.30] |"), std::string::npos) << results_markdown(g);
+}
+
 TEST_F(ResultsIo, SchemaIsChecked) {
   std::string path = (dir / "foreign.json").string();
   std::ofstream(path) << R"({"schema": "other/2", "results": []})";
@@ -119,7 +141,7 @@ TEST_F(ResultsIo, CsvAndMarkdown) {
   std::getline(in, header);
   std::getline(in, line1);
   std::getline(in, line2);
-  EXPECT_EQ(header.rfind("op,impl,is_baseline,params,dtype,status", 0), 0u);
+  EXPECT_EQ(header.rfind("op,impl,is_baseline,role,params,dtype,status", 0), 0u);
   EXPECT_NE(line1.find("\"model=llama2-7b,tokens=16,eps=1e-05\""), std::string::npos) << line1;
   std::string md = results_markdown(f);
   EXPECT_NE(md.find("### rmsnorm"), std::string::npos);

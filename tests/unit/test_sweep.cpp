@@ -92,6 +92,21 @@ TEST(Sweep, BaselineFirstAndUnsupportedReasons) {
   EXPECT_NE(ours->skip_reason.find("hidden=200000"), std::string::npos) << ours->skip_reason;
 }
 
+TEST(Sweep, OursComeAfterEveryOtherImplementation) {
+  // add_rmsnorm registers its unfused baseline after cuDNN; decode its baselines before ours.
+  for (const char* yaml : {"ops:\n  - op: add_rmsnorm\n    axes: {tokens: 1, hidden: 64}\n",
+                           "ops:\n  - op: attention_decode\n    axes: {model: llama2-7b, batch: 1, context: 256}\n"}) {
+    auto plan = plan_of(yaml);
+    ASSERT_FALSE(plan.empty()) << yaml;
+    const auto& impls = plan[0].impls;
+    EXPECT_TRUE(impls.front().is_baseline) << yaml;
+    auto first_ours = std::find_if(impls.begin(), impls.end(),
+                                   [](const PlannedImpl& p) { return p.impl->role == Role::ours; });
+    ASSERT_NE(first_ours, impls.end()) << yaml;
+    for (auto it = first_ours; it != impls.end(); ++it) EXPECT_EQ(it->impl->role, Role::ours) << it->impl->name;
+  }
+}
+
 TEST(Sweep, FilterByNameAndImpl) {
   const char* yaml = "ops:\n  - op: rmsnorm\n    axes: {tokens: [1, 2], hidden: 8}\n";
   SweepFilter f;
