@@ -23,6 +23,7 @@
 #include "kernels/attention/sm90_prefill_epilogue.cuh"
 #include "kernels/attention/sm90_prefill_mainloop.cuh"
 #include "kernels/attention/sm90_prefill_scheduler.cuh"
+#include "kernels/sm90/sm90_device.h"
 #include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels {
@@ -275,17 +276,10 @@ void dispatch_rung(const PrefillArgs& a, PrefillVariant variant, void* workspace
 }  // namespace
 
 std::string prefill_hopper_unsupported(const PrefillArgs& a) {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return "no CUDA device";
-  if (major != 9 || minor != 0)
-    return "needs an sm_90 GPU (TMA, wgmma, setmaxnreg); this one is sm_" + std::to_string(major * 10 + minor);
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, prefill_hopper_kernel<HopperConfig<128, false, true, true>, false>) != cudaSuccess ||
-      attr.binaryVersion != 90)
-    return "this build carries no sm_90a code (build with CMAKE_CUDA_ARCHITECTURES=90a)";
+  if (std::string why = sm90::sm90a_unsupported(
+          reinterpret_cast<const void*>(prefill_hopper_kernel<HopperConfig<128, false, true, true>, false>));
+      !why.empty())
+    return why;
   if (a.total_k < 1) return "needs at least one key row (the K/V tensor maps cannot be empty)";
   return "";
 }
