@@ -79,12 +79,28 @@ std::vector<double> LtMatmul::choose_fastest(const LaunchTimer& time_us, const v
   return times;
 }
 
-PlanChoice LtMatmul::plan_choice() const {
-  int algo_id = -1;
+namespace {
+
+// One attribute of an algorithm's configuration, read as the type cuBLASLt documents for it.
+template <class T>
+std::string algo_attribute(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t which) {
+  T value{};
   size_t written = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&candidates_[size_t(chosen_)].algo, CUBLASLT_ALGO_CONFIG_ID,
-                                                    &algo_id, sizeof(algo_id), &written));
-  return {"heuristic candidate " + std::to_string(chosen_) + " (algo " + std::to_string(algo_id) + ")",
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, which, &value, sizeof(value), &written));
+  return std::to_string(value);
+}
+
+}  // namespace
+
+PlanChoice LtMatmul::plan_choice() const {
+  // Candidates often share an algorithm id and differ in tile, stages, split-K or cluster shape.
+  const cublasLtMatmulAlgo_t& algo = candidates_[size_t(chosen_)].algo;
+  return {"heuristic candidate " + std::to_string(chosen_) + " (algo " +
+              algo_attribute<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID) + ", tile " +
+              algo_attribute<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID) + ", stages " +
+              algo_attribute<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) + ", split-k " +
+              algo_attribute<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + ", cluster " +
+              algo_attribute<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) + ")",
           candidates()};
 }
 
