@@ -146,11 +146,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         mbar_wait(bars.full(pos.stage), pos.phase);
         issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
                        desc_advance(b_desc0, pos.stage * C::kBBytes), true);
+        // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per stage).
+        const float2 s = stage_scales(p, r, unit.n_block, kb);
         wgmma_wait<0>();
         fence_regs(part);
         if (lane == 0) mbar_arrive(bars.empty(pos.stage));
         pos.advance();
-        const float2 s = stage_scales(p, r, unit.n_block, kb);
         const bool first = kb == unit.k_begin;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
