@@ -7,9 +7,9 @@
 // whatever one pair of outputs costs in instructions is paid kBlockN / 4 times in the kernel's
 // code. The first H100 profile of the 128x256 kernel showed 270 KB of code, 240 KB of it this
 // epilogue (per pair: the null-pointer tests re-read, an IEEE division with its slow-path call, paired
-// and scalar stores), and warps stalled half the time on instruction fetch. So per unit, the
-// per-launch and per-row factors are read once; per pair, the paired/scalar choice and the bounds
-// are predicates, not branches; the epilogue loads of a chunk of columns issue before its stores
+// and scalar stores), and warps stalled half the time on instruction fetch. So the per-launch and
+// per-row factors are read once; one path per tile runs, with N even and N odd in separate copies;
+// the bounds are predicates; the epilogue loads of a chunk of columns issue before its stores
 // (stores may alias them, so the compiler would not hoist the loads over the stores itself).
 #pragma once
 #include <cuda_bf16.h>
@@ -182,7 +182,7 @@ __device__ __forceinline__ void store_row_scaled(const GemmParams& p, const Frag
 }
 
 // Scales only, with column scales (INT8): y = acc · row factor · col_scale[c]. Each column's scale is
-// read where the column exists (two guarded loads: predicated, no branches), once for both rows.
+// read where the column exists, once for both rows.
 template <int kBlockN, class Acc>
 __device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
                                                      const Acc (&acc)[kBlockN / 2]) {
