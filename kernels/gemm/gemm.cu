@@ -52,7 +52,9 @@ __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float sum = 0;
     for (int s = 0; s < p.splits; ++s) sum += p.partial[s * total + i];
-    static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, i / p.n, i % p.n, p.n, sum));
+    const int64_t r = i / p.n, c = i % p.n;
+    const float row_f = row_factor(p.epilogue, tensor_scale(p.epilogue), r);
+    static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, row_f, r, c, p.n, sum));
   }
 }
 

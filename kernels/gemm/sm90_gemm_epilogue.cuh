@@ -1,99 +1,230 @@
 // The GEMM core's epilogue: each consumer thread's accumulators go to global memory straight from
 // registers, through the Epilogue (scales, bias, activation, residual) to bf16, or, when the tile's
-// K is split, as fp32 partials that the reduce kernel (gemm.cu) sums and sends through the same
-// epilogue_value.
+// K is split, as fp32 partials that the reduce kernel (gemm.cu) or the tile's last split sums and
+// sends through the same epilogue_value.
+//
+// Code size is the constraint here: the fragment loops are unrolled (accumulators are registers), so
+// whatever one pair of outputs costs in instructions is paid kBlockN / 4 times in the kernel's
+// code. The first H100 profile of the 128x256 kernel showed 270 KB of code, 240 KB of it this
+// epilogue (per pair: the null-pointer tests re-read, an IEEE division with its slow-path call, paired
+// and scalar stores), and warps stalled half the time on instruction fetch. So the per-launch and
+// per-row factors are read once; one path per tile runs, with N even and N odd in separate copies;
+// the bounds are predicates; the epilogue loads of a chunk of columns issue before its stores
+// (stores may alias them, so the compiler would not hoist the loads over the stores itself).
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "kernels/gemm/gemm.h"
-#include "kernels/gemm/gemm_schedule.h"
 
 namespace topt::kernels::gemm {
 
-__device__ __forceinline__ float epilogue_value(const Epilogue& e, int64_t r, int64_t c, int64_t n, float acc) {
-  float v = acc * e.alpha;
-  if (e.a_scale) v *= *e.a_scale;
-  if (e.b_scale) v *= *e.b_scale;
-  if (e.row_scale) v *= e.row_scale[r];
+// alpha times the per-tensor scales of x and W: one factor for the whole launch.
+__device__ __forceinline__ float tensor_scale(const Epilogue& e) {
+  float s = e.alpha;
+  if (e.a_scale) s *= *e.a_scale;
+  if (e.b_scale) s *= *e.b_scale;
+  return s;
+}
+
+// The factor of row r: the tensor scale times the row's (token's) scale.
+__device__ __forceinline__ float row_factor(const Epilogue& e, float tensor, int64_t r) {
+  return e.row_scale ? tensor * e.row_scale[r] : tensor;
+}
+
+// y[r, c] = act(acc · row_factor · col_scale[c] + bias[c]) + residual[r, c] (null pointers left out).
+// SiLU divides with __fdividef: an IEEE division brings a slow-path call into every unrolled pair; for
+// v < -88, exp(-v) is inf and the quotient is -0, SiLU's limit.
+__device__ __forceinline__ float epilogue_value(const Epilogue& e, float row_f, int64_t r, int64_t c, int64_t n,
+                                                float acc) {
+  float v = acc * row_f;
   if (e.col_scale) v *= e.col_scale[c];
   if (e.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(e.bias)[c]);
-  if (e.activation == Activation::silu) v = v / (1.f + __expf(-v));
+  if (e.activation == Activation::silu) v = __fdividef(v, 1.f + __expf(-v));
   if (e.residual) v += __bfloat162float(static_cast<const __nv_bfloat16*>(e.residual)[r * n + c]);
   return v;
 }
 
-// Writes the pair (r, c), (r, c + 1) of a row of width n, c even: as fp32 partials of split `split`
-// (`to_partial`), else through the epilogue to bf16. A pair moves as one 8-byte (fp32) or 4-byte
-// (bf16) store where n is even (so the pair is aligned) and both columns exist.
-__device__ __forceinline__ void store_pair(const GemmParams& p, bool to_partial, int split, int64_t r, int64_t c,
-                                           float v0, float v1) {
-  const int64_t n = p.n;
-  const bool both = c + 1 < n;
-  if (to_partial) {
-    float* dst = p.partial + (int64_t(split) * p.m + r) * n + c;
-    if (both && n % 2 == 0) {
-      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-    } else {
-      dst[0] = v0;
-      if (both) dst[1] = v1;
-    }
-    return;
+// A consumer thread's place in its warpgroup's (64, kBlockN) tile, in wgmma's accumulator layout:
+// accumulator 4j + 2h + e is row row[h], column col + 8j + e. Rows and columns past the matrix (the
+// tile's tail: TMA read them as zeros) are never stored.
+struct Fragment {
+  int64_t row[2];
+  bool row_in[2];  // row[h] < M
+  int col;         // the thread's first column (even)
+};
+
+template <int kBlockN>
+__device__ __forceinline__ Fragment fragment_of(const GemmParams& p, int n_block, int row0) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  Fragment f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    f.row[h] = int64_t(row0) + 16 * warp + lane / 4 + 8 * h;
+    f.row_in[h] = f.row[h] < p.m;
   }
-  __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.out) + r * n + c;
-  const float y0 = epilogue_value(p.epilogue, r, c, n, v0);
-  if (both && n % 2 == 0) {
-    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(y0, epilogue_value(p.epilogue, r, c + 1, n, v1));
-  } else {
-    dst[0] = __float2bfloat16_rn(y0);
-    if (both) dst[1] = __float2bfloat16_rn(epilogue_value(p.epilogue, r, c + 1, n, v1));
+  f.col = n_block * kBlockN + 2 * (lane % 4);
+  return f;
+}
+
+// Writes the pair (v0, v1) to dst[0..1], columns c and c + 1 of a row of width n: one store where n is
+// even (the pair is then aligned, and c < n implies c + 1 < n), else one per column that exists.
+// Written as three guarded stores (not if/else) so that they compile to predicated stores.
+template <class T, class Pair>
+__device__ __forceinline__ void store_pair(T* dst, bool paired, int c, int n, Pair pair, T v0, T v1) {
+  if (paired) *reinterpret_cast<Pair*>(dst) = pair;
+  if (!paired) dst[0] = v0;
+  if (!paired && c + 1 < n) dst[1] = v1;
+}
+
+// The fragment as fp32 partials of split `split`: workspace [splits, M, N].
+template <int kBlockN>
+__device__ __forceinline__ void store_partials(const GemmParams& p, const Fragment& f, int split,
+                                               const float (&acc)[kBlockN / 2]) {
+  const bool paired = p.n % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!f.row_in[h]) continue;
+    float* dst = p.partial + (int64_t(split) * p.m + f.row[h]) * p.n + f.col;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      const int c = f.col + 8 * j, i = 4 * j + 2 * h;
+      const float v0 = acc[i], v1 = acc[i + 1];
+      if (c < p.n) store_pair(dst + 8 * j, paired, c, p.n, make_float2(v0, v1), v0, v1);
+    }
   }
 }
 
-// Calls f(r, c, i) for each pair of this thread's (64, kBlockN) accumulators (fp32 or s32) that lies in
-// the matrix, i being the pair's first accumulator. The wgmma layout: accumulator 4j + 2h + e is row
-// 16·warp + lane/4 + 8h, column 8j + 2·(lane%4) + e of the warpgroup's rows. Rows and columns past the
-// matrix (the tile's tail: TMA read them as zeros) are left out.
-template <int kBlockN, class F>
-__device__ __forceinline__ void for_each_pair(const GemmParams& p, int n_block, int row0, F&& f) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-  const int64_t r_base = int64_t(row0) + 16 * warp + lane / 4;
-  const int64_t c_base = int64_t(n_block) * kBlockN + 2 * (lane % 4);
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int64_t c = c_base + 8 * j;
+// Adds every other split's partials to the fragment's sums `v` (the last split of a tile to finish,
+// after the others' partials became visible). A split's loads all issue before its first add: one L2
+// round trip per split, not one per pair (the first version's serialized loads cost ~40 µs a launch).
+template <int kBlockN>
+__device__ __forceinline__ void add_other_partials(const GemmParams& p, const Fragment& f, int split,
+                                                   float (&v)[kBlockN / 2]) {
+  const bool paired = p.n % 2 == 0;
+  for (int s = 0; s < p.splits; ++s) {
+    if (s == split) continue;
+    float2 t[2][kBlockN / 8];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t r = r_base + 8 * h;
-      if (r < p.m && c < p.n) f(r, c, 4 * j + 2 * h);
+      const float* src = p.partial + (int64_t(s) * p.m + f.row[h]) * p.n + f.col;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const int c = f.col + 8 * j;
+        const bool in0 = f.row_in[h] && c < p.n, in1 = f.row_in[h] && c + 1 < p.n;
+        if (paired) {
+          t[h][j] = in0 ? __ldcg(reinterpret_cast<const float2*>(src + 8 * j)) : make_float2(0.f, 0.f);
+        } else {
+          t[h][j].x = in0 ? __ldcg(src + 8 * j) : 0.f;
+          t[h][j].y = in1 ? __ldcg(src + 8 * j + 1) : 0.f;
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        v[4 * j + 2 * h] += t[h][j].x;
+        v[4 * j + 2 * h + 1] += t[h][j].y;
+      }
+  }
+}
+
+// The tile's bf16 stores, chunk by chunk: values(j, y) sets y[h] to the outputs of columns c, c + 1 of
+// row h in column group j (c = f.col + 8j); a chunk's values (and their loads) come before its stores.
+template <int kBlockN, bool kPaired, class Values>
+__device__ __forceinline__ void store_chunks_as(const GemmParams& p, const Fragment& f, Values& values) {
+  constexpr int kChunk = 4;
+  static_assert((kBlockN / 8) % kChunk == 0, "whole chunks of 8-column groups");
+  __nv_bfloat16* dst[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) dst[h] = static_cast<__nv_bfloat16*>(p.out) + f.row[h] * p.n + f.col;
+#pragma unroll
+  for (int j0 = 0; j0 < kBlockN / 8; j0 += kChunk) {
+    __nv_bfloat162 y[kChunk][2];
+#pragma unroll
+    for (int jj = 0; jj < kChunk; ++jj) {
+      float2 v[2];
+      values(j0 + jj, v);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) y[jj][h] = __float22bfloat162_rn(v[h]);
+    }
+#pragma unroll
+    for (int jj = 0; jj < kChunk; ++jj) {
+      const int j = j0 + jj, c = f.col + 8 * j;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (f.row_in[h] && c < p.n) store_pair(dst[h] + 8 * j, kPaired, c, p.n, y[jj][h], y[jj][h].x, y[jj][h].y);
     }
   }
 }
 
+// N even (every layer's width) gets its own copy of the loop: one 4-byte store per pair and nothing
+// of the scalar stores' predicates (~1/3 of the pair's instructions).
+template <int kBlockN, class Values>
+__device__ __forceinline__ void store_chunks(const GemmParams& p, const Fragment& f, Values&& values) {
+  if (p.n % 2 == 0)
+    store_chunks_as<kBlockN, true>(p, f, values);
+  else
+    store_chunks_as<kBlockN, false>(p, f, values);
+}
+
+// Scales only, no column scales (bf16, FP8): y = acc · row factor.
 template <int kBlockN, class Acc>
-__device__ __forceinline__ void store_accumulators(const GemmParams& p, const GemmUnit& unit, int row0,
-                                                   const Acc (&acc)[kBlockN / 2], bool to_partial) {
-  for_each_pair<kBlockN>(p, unit.n_block, row0, [&](int64_t r, int64_t c, int i) {
-    store_pair(p, to_partial, unit.split, r, c, float(acc[i]), float(acc[i + 1]));
+__device__ __forceinline__ void store_row_scaled(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
+                                                 const Acc (&acc)[kBlockN / 2]) {
+  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      y[h] = make_float2(float(acc[4 * j + 2 * h]) * row_f[h], float(acc[4 * j + 2 * h + 1]) * row_f[h]);
   });
 }
 
-// The last split of a tile to finish: its own sums plus every other split's partials (read through L2:
-// other SMs wrote them during this launch), through the epilogue to bf16.
+// Scales only, with column scales (INT8): y = acc · row factor · col_scale[c]. Each column's scale is
+// read where the column exists, once for both rows.
 template <int kBlockN, class Acc>
-__device__ __forceinline__ void finish_split_tile(const GemmParams& p, const GemmUnit& unit, int row0,
-                                                  const Acc (&acc)[kBlockN / 2]) {
-  for_each_pair<kBlockN>(p, unit.n_block, row0, [&](int64_t r, int64_t c, int i) {
-    float v0 = float(acc[i]), v1 = float(acc[i + 1]);
-    const bool both = c + 1 < p.n;
-    for (int s = 0; s < p.splits; ++s) {
-      if (s == unit.split) continue;
-      const float* src = p.partial + (int64_t(s) * p.m + r) * p.n + c;
-      v0 += __ldcg(src);
-      if (both) v1 += __ldcg(src + 1);
+__device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
+                                                     const Acc (&acc)[kBlockN / 2]) {
+  const float* col_scale = p.epilogue.col_scale;
+  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+    const int c = f.col + 8 * j;
+    float cs0 = 0.f, cs1 = 0.f;
+    if (c < p.n) cs0 = col_scale[c];
+    if (c + 1 < p.n) cs1 = col_scale[c + 1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      y[h] = make_float2(float(acc[4 * j + 2 * h]) * row_f[h] * cs0, float(acc[4 * j + 2 * h + 1]) * row_f[h] * cs1);
+  });
+}
+
+// The fragment through the epilogue to bf16 y. `tensor` is tensor_scale(p.epilogue), read once per
+// thread. One path per tile, chosen once, so that the path that runs is one contiguous block of
+// code: scales only (every GEMM op today: two multiplies per element, at most one load per column
+// pair), or the whole epilogue_value per element (bias, activation, residual: the fused FFN's).
+template <int kBlockN, class Acc>
+__device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragment& f, float tensor,
+                                              const Acc (&acc)[kBlockN / 2]) {
+  const Epilogue& e = p.epilogue;
+  float row_f[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) row_f[h] = f.row_in[h] ? row_factor(e, tensor, f.row[h]) : 0.f;
+  if (!e.bias && !e.residual && e.activation == Activation::none) {
+    if (e.col_scale)
+      store_row_col_scaled<kBlockN>(p, f, row_f, acc);
+    else
+      store_row_scaled<kBlockN>(p, f, row_f, acc);
+    return;
+  }
+  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+    const int c = f.col + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * j + 2 * h;
+      const bool in0 = f.row_in[h] && c < p.n, in1 = f.row_in[h] && c + 1 < p.n;
+      y[h] = make_float2(in0 ? epilogue_value(e, row_f[h], f.row[h], c, p.n, float(acc[i])) : 0.f,
+                         in1 ? epilogue_value(e, row_f[h], f.row[h], c + 1, p.n, float(acc[i + 1])) : 0.f);
     }
-    store_pair(p, false, unit.split, r, c, v0, v1);
   });
 }
 

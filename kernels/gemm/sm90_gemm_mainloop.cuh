@@ -100,12 +100,11 @@ __device__ __forceinline__ float2 stage_scales(const GemmParams& p, int64_t r, i
   return make_float2(a0 * b, a1 * b);
 }
 
-// With K split and reduced in the kernel: the last of a tile's splits to arrive (per consumer
-// warpgroup) sums the others' partials and stores the tile; it leaves the counter at zero for the next
-// launch. The partials are visible GPU-wide (each thread's __threadfence) before the count.
-template <class C, class Acc>
-__device__ __forceinline__ void finish_if_last_split(const GemmParams& p, const GemmUnit& unit, int u, int row0,
-                                                     const Acc (&acc)[C::kBlockN / 2]) {
+// With K split and reduced in the kernel: whether this split is the last of its tile to arrive (per
+// consumer warpgroup), which then sums the others' partials and stores the tile; it leaves the counter
+// at zero for the next launch. The partials are visible GPU-wide (each thread's __threadfence) before
+// the count, and the others' partials to the last one after it.
+__device__ __forceinline__ bool last_split_arrived(const GemmParams& p, int u) {
   __shared__ int last_split;
   __threadfence();
   named_sync(1, 128);
@@ -116,10 +115,9 @@ __device__ __forceinline__ void finish_if_last_split(const GemmParams& p, const 
     last_split = last;
   }
   named_sync(1, 128);
-  if (last_split) {
-    __threadfence();
-    finish_split_tile<C::kBlockN>(p, unit, row0, acc);
-  }
+  if (!last_split) return false;
+  __threadfence();
+  return true;
 }
 
 // Consumer warpgroup `cw` (rows 64·cw .. 64·cw + 63 of each tile).
@@ -130,6 +128,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
   const GemmBars<C> bars{smem + C::kOffBar};
   const int units = p.m_tiles * p.n_tiles * p.splits;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const float tensor = tensor_scale(p.epilogue);
   // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart.
   const uint64_t a_desc0 = sw128_desc(smem + C::kOffA + cw * 64 * 128, 0, 1024);
   const uint64_t b_desc0 = sw128_desc(smem + C::kOffB, 0, 1024);
@@ -147,11 +146,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         mbar_wait(bars.full(pos.stage), pos.phase);
         issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
                        desc_advance(b_desc0, pos.stage * C::kBBytes), true);
+        // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per stage).
+        const float2 s = stage_scales(p, r, unit.n_block, kb);
         wgmma_wait<0>();
         fence_regs(part);
         if (lane == 0) mbar_arrive(bars.empty(pos.stage));
         pos.advance();
-        const float2 s = stage_scales(p, r, unit.n_block, kb);
         const bool first = kb == unit.k_begin;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
@@ -172,11 +172,21 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       if (lane == 0) mbar_arrive(bars.empty(in_flight));
     }
     // K splits run on the one-consumer (small-M) shape only (gemm_plan; prepare_gemm checks): the wide
-    // tiles keep the summing code, and its registers, out of their kernels.
-    const bool split = C::kConsumers == 1 && p.splits > 1;
-    store_accumulators<C::kBlockN>(p, unit, row0, acc, split);
+    // tiles keep the summing code, and the registers of an fp32 copy of s32 accumulators, out of their
+    // kernels. Each kernel inlines store_outputs once (each copy is kilobytes of code).
+    const Fragment f = fragment_of<C::kBlockN>(p, unit.n_block, row0);
     if constexpr (C::kConsumers == 1) {
-      if (split && p.tile_counters) finish_if_last_split<C>(p, unit, u, row0, acc);
+      float y[kAcc];  // fp32 sums (s32 accumulators converted)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) y[i] = float(acc[i]);
+      if (p.splits > 1) {
+        store_partials<C::kBlockN>(p, f, unit.split, y);
+        if (!p.tile_counters || !last_split_arrived(p, u)) continue;
+        add_other_partials<C::kBlockN>(p, f, unit.split, y);
+      }
+      store_outputs<C::kBlockN>(p, f, tensor, y);
+    } else {
+      store_outputs<C::kBlockN>(p, f, tensor, acc);
     }
   }
 }
