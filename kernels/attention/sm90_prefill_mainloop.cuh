@@ -91,19 +91,6 @@ struct Bars {
   __device__ __forceinline__ uint32_t v_empty(int s) const { return v_full(C::kStages + s); }
 };
 
-// Position in the K/V ring: stage and the parity of its current fill.
-template <int kStages>
-struct RingPos {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-};
-
 // Where the producer or a consumer is in the K and V buffers. A tile's first K block goes to a slot
 // of its own (K stage kStages), freed as soon as the tile's first S is done, so the next tile's
 // first K loads a tile ahead instead of behind this tile's last blocks in the ring: at a tile

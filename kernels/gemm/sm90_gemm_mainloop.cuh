@@ -40,19 +40,6 @@ __device__ __forceinline__ void init_gemm_barriers(const GemmBars<C>& b) {
   mbar_init_fence();
 }
 
-// Position in the ring: stage and the parity of its current fill.
-template <int kStages>
-struct StagePos {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
-  }
-};
-
 __device__ __forceinline__ GemmUnit unit_of(const GemmParams& p, int u) {
   return gemm_unit(u, p.m_tiles, p.n_tiles, p.splits, p.group, p.k_blocks);
 }
@@ -61,7 +48,7 @@ template <class C>
 __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   const GemmBars<C> bars{smem + C::kOffBar};
   const int units = p.m_tiles * p.n_tiles * p.splits;
-  StagePos<C::kStages> pos;
+  RingPos<C::kStages> pos;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const GemmUnit unit = unit_of(p, u);
     for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
@@ -135,7 +122,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
   Acc acc[kAcc];  // (64, kBlockN) of the tile, wgmma's accumulator layout
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
-  StagePos<C::kStages> pos;
+  RingPos<C::kStages> pos;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const GemmUnit unit = unit_of(p, u);
     const int row0 = unit.m_block * C::kBlockM + cw * 64;

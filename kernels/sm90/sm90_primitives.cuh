@@ -15,6 +15,19 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // ---- mbarriers (64-bit words in shared memory) ----
+// Position in a ring of kStages mbarrier-guarded buffers: the stage and the parity of its current
+// fill, which is what a wait on the stage's barrier names.
+template <int kStages>
+struct RingPos {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals));
 }
