@@ -82,6 +82,58 @@ TEST_P(DecodeGpu, CudnnMatchesOrRefusesClearly) {
   }
 }
 
+// FlashInfer's tensor-core decode (its batch prefill on the pages, our table turned into its
+// indptr/indices/last_page_len): every shape of the grid, head_dim 128 (what it is built for), page
+// sizes 16 to 256, GQA, ragged lengths, q_len 1-8 (queries repacked, outputs unpacked by copy_out).
+TEST_P(DecodeGpu, FlashInferPeerMatchesTheReference) {
+  auto [s, dt] = GetParam();
+  Case c = decode_case(s, dt);
+  const Impl* impl = builtin_registry().find(c.op)->find_impl("flashinfer");
+  ASSERT_NE(impl, nullptr);
+  ASSERT_EQ(impl->role, Role::peer);
+  ASSERT_EQ(impl->unsupported(c), "") << c.label();
+  CheckResult r = run_and_check(c, "flashinfer");
+  EXPECT_TRUE(r.passes()) << c.label() << ": " << r.describe();
+}
+
+// FlashInfer's plan splits a long batch-1 sequence over its float workspace and merges the parts: every
+// launch is right, one query token or four (the packed output poisoned again after each copy_out).
+TEST_F(GpuTest, FlashInferDecodeIsRightOnEveryLaunch) {
+  if (small_shapes_only()) GTEST_SKIP() << "repeated launches of a large case: memcheck's, not racecheck's";
+  for (int64_t q_len : {1, 4}) {
+    Case c = decode_case({1, 9000, "uniform", q_len, 64, 8, 16}, DType::bf16);
+    const OpDef* op = builtin_registry().find(c.op);
+    auto problem = op->make_problem(c, 5, stream);
+    Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+    auto inst = op->find_impl("flashinfer")->prepare(*problem, c, stream);
+    const auto metrics = inst->metrics();
+    ASSERT_EQ(metrics.size(), 1u);
+    EXPECT_EQ(metrics[0].first, "plan_us");
+    EXPECT_GT(metrics[0].second, 0.0);
+    for (int launch = 0; launch < 3; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      inst->copy_out(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << "q_len " << q_len << " launch " << launch << ": " << r.describe();
+    }
+  }
+}
+
+// Head dims it is not built for are refused up front, with the reason.
+TEST(DecodePlan, FlashInferRefusesOtherHeadDims) {
+  Params p;
+  p.set("batch", int64_t(2));
+  p.set("context", int64_t(100));
+  p.set("heads", int64_t(8));
+  p.set("kv_heads", int64_t(8));
+  p.set("head_dim", int64_t(64));
+  Case c = make_case("attention_decode", p, DType::bf16);
+  const std::string why = builtin_registry().find(c.op)->find_impl("flashinfer")->unsupported(c);
+  EXPECT_NE(why.find("head_dim 64"), std::string::npos) << why;
+}
+
 // The split combine counts finished splits in the workspace and resets the count: every launch
 // after the first must be right too (the harness checks the first and times the rest).
 TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
