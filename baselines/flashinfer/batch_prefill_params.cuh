@@ -52,45 +52,40 @@ struct ScheduleParams {
   bool partition_kv = false;
 };
 
+// What both layouts share: element types, queries, outputs, heads.
 template <class T>
-struct RaggedParams : DefaultVariantParams, ScheduleParams {
+struct BatchParams : DefaultVariantParams, ScheduleParams {
   using DTypeQ = T;
   using DTypeKV = T;
   using DTypeO = T;
   using IdType = int32_t;
   T* q = nullptr;
-  T* k = nullptr;
-  T* v = nullptr;
-  int32_t* q_indptr = nullptr;
-  int32_t* kv_indptr = nullptr;
-  T* o = nullptr;
-  float* lse = nullptr;
-  fi::uint_fastdiv group_size;
-  uint32_t num_qo_heads = 0, num_kv_heads = 0;
-  uint32_t q_stride_n = 0, q_stride_h = 0, k_stride_n = 0, k_stride_h = 0, v_stride_n = 0, v_stride_h = 0;
-  int32_t window_left = -1;
-
-  __host__ __device__ __forceinline__ uint32_t get_qo_len(uint32_t b) const { return q_indptr[b + 1] - q_indptr[b]; }
-  __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t b) const { return kv_indptr[b + 1] - kv_indptr[b]; }
-};
-
-template <class T>
-struct PagedParams : DefaultVariantParams, ScheduleParams {
-  using DTypeQ = T;
-  using DTypeKV = T;
-  using DTypeO = T;
-  using IdType = int32_t;
-  T* q = nullptr;
-  fi::paged_kv_t<T, int32_t> paged_kv;
   int32_t* q_indptr = nullptr;
   T* o = nullptr;
   float* lse = nullptr;
   fi::uint_fastdiv group_size;
   uint32_t num_qo_heads = 0;
-  int32_t q_stride_n = 0, q_stride_h = 0;
   int32_t window_left = -1;
 
   __host__ __device__ __forceinline__ uint32_t get_qo_len(uint32_t b) const { return q_indptr[b + 1] - q_indptr[b]; }
+};
+
+template <class T>
+struct RaggedParams : BatchParams<T> {
+  T* k = nullptr;
+  T* v = nullptr;
+  int32_t* kv_indptr = nullptr;
+  uint32_t num_kv_heads = 0;
+  uint32_t q_stride_n = 0, q_stride_h = 0, k_stride_n = 0, k_stride_h = 0, v_stride_n = 0, v_stride_h = 0;
+
+  __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t b) const { return kv_indptr[b + 1] - kv_indptr[b]; }
+};
+
+template <class T>
+struct PagedParams : BatchParams<T> {
+  fi::paged_kv_t<T, int32_t> paged_kv;
+  int32_t q_stride_n = 0, q_stride_h = 0;
+
   __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t b) const { return paged_kv.get_length(b); }
 };
 

@@ -51,8 +51,9 @@ const void* sm90_build_probe();
 // FlashInfer's two prefill kernel families.
 enum class PrefillBackend { fa2, sm90 };
 
-// The plan and its workspaces: FlashInfer's default 128 MB float (split-KV partials) and 8 MB int
-// (work arrays) buffers, and the page-locked staging the plan uploads from.
+// The plan and its workspaces: FlashInfer's default 128 MB float (split-KV partials; more where its
+// plan could need more) and 8 MB int (work arrays) buffers, and the page-locked staging the plan
+// uploads from.
 class BatchPrefillPlan {
  public:
   // Plans on the host and uploads the work arrays on `stream`, then waits for them: `plan_us()`.

@@ -18,6 +18,19 @@ namespace {
 constexpr size_t kFloatWorkspaceBytes = size_t(128) << 20;
 constexpr size_t kIntWorkspaceBytes = size_t(8) << 20;
 
+// The FA2 plan's split-KV partials take heads · tiles · cta_tile_q · (head_dim + 1) floats, its tiles
+// at most 2 per SM per KV head (PrefillPlan's max_batch_size_if_split), cta_tile_q at most 128: with
+// 8 query heads per KV head that passes the default 128 MB (64 heads at head_dim 128: 144 MB). The
+// default, or that bound where it is larger, so that no plan runs out of workspace.
+size_t float_workspace_bytes(const BatchAttentionShape& shape) {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const size_t tiles = size_t(2 * sms / shape.kv_heads + 1);
+  const size_t bound = size_t(shape.heads) * tiles * 128 * size_t(shape.head_dim + 1) * sizeof(float);
+  return std::max(kFloatWorkspaceBytes, bound + (size_t(1) << 20));  // + the allocator's 16-byte alignments
+}
+
 DeviceBuffer upload(const std::vector<int32_t>& host, const char* what, cudaStream_t stream) {
   DeviceBuffer buf(std::max<size_t>(host.size(), 1) * sizeof(int32_t), what);
   CUDA_CHECK(cudaMemcpyAsync(buf.get(), host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
@@ -69,7 +82,7 @@ std::string batch_prefill_unsupported(int head_dim, int heads, int kv_heads, DTy
 BatchPrefillPlan::BatchPrefillPlan(const BatchAttentionShape& shape, PrefillBackend backend, cudaStream_t stream)
     : shape_(shape),
       backend_(backend),
-      float_ws_(kFloatWorkspaceBytes, "FlashInfer float workspace"),
+      float_ws_(float_workspace_bytes(shape), "FlashInfer float workspace"),
       int_ws_(kIntWorkspaceBytes, "FlashInfer int workspace") {
   q_indptr_ = upload(shape.q_indptr, "FlashInfer q_indptr", stream);
   kv_indptr_ = upload(shape.kv_indptr, "FlashInfer kv_indptr", stream);
