@@ -1,8 +1,9 @@
 // FlashInfer's batch prefill, instantiated in our build: its FA2-style kernels
 // (flashinfer/attention/prefill.cuh) on ragged Q/K/V (attention_prefill's peer flashinfer_sm80) and
-// on a paged KV cache with a few query tokens per sequence (attention_decode's peer: FlashInfer's
-// own tensor-core decode path for GQA), and its FA3-style SM90 kernels on ragged Q/K/V
-// (flashinfer/attention/hopper/, the peer flashinfer_sm90). Its plan (PrefillPlan / PrefillSM90Plan:
+// on a paged KV cache with a few query tokens per sequence (attention_decode's peer flashinfer:
+// FlashInfer's own tensor-core decode path for GQA), its FA3-style SM90 kernels on ragged Q/K/V
+// (flashinfer/attention/hopper/, the peer flashinfer_sm90), and its CUDA-core batch decode
+// (flashinfer/attention/decode.cuh, attention_decode's peer flashinfer_simt). Its plan (PrefillPlan / PrefillSM90Plan:
 // the scheduler's work arrays, built on the host and uploaded) is made once, apart from the launch,
 // and its host cost is kept.
 #pragma once
@@ -48,21 +49,26 @@ std::string batch_prefill_unsupported(int head_dim, int heads, int kv_heads, DTy
 // (kernels/sm90/sm90_device.h).
 const void* sm90_build_probe();
 
-// FlashInfer's two prefill kernel families.
-enum class PrefillBackend { fa2, sm90 };
+// Why FlashInfer's CUDA-core decode, as instantiated here, cannot run a case; "" if it can.
+std::string batch_decode_unsupported(int head_dim, int heads, int kv_heads, int q_len, DType dtype);
+
+// FlashInfer's kernel families: FA2-style prefill (ragged or paged), SM90 prefill (ragged), CUDA-core
+// decode (paged, one query token per sequence).
+enum class AttentionBackend { fa2, sm90, decode };
 
 // The plan and its workspaces: FlashInfer's default 128 MB float (split-KV partials; more where its
 // plan could need more) and 8 MB int (work arrays) buffers, and the page-locked staging the plan
 // uploads from.
-class BatchPrefillPlan {
+class BatchAttentionPlan {
  public:
   // Plans on the host and uploads the work arrays on `stream`, then waits for them: `plan_us()`.
-  BatchPrefillPlan(const BatchAttentionShape& shape, PrefillBackend backend, cudaStream_t stream);
+  BatchAttentionPlan(const BatchAttentionShape& shape, AttentionBackend backend, cudaStream_t stream);
 
   // Ragged keys: q, o (total_q, heads, head_dim); k, v (total_k, kv_heads, head_dim); lse_log2
   // (total_q, heads) in FlashInfer's log2 units, or null.
   void run_ragged(const void* q, const void* k, const void* v, void* o, float* lse_log2, cudaStream_t stream) const;
-  // Paged keys (fa2 only): pages (num_pages, kv_heads, page_size, head_dim) each for K and V (FlashInfer's HND).
+  // Paged keys (fa2, decode): pages (num_pages, kv_heads, page_size, head_dim) each for K and V
+  // (FlashInfer's HND). decode: one query token per sequence, lse_log2 (batch, heads).
   void run_paged(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
                  cudaStream_t stream) const;
 
@@ -74,17 +80,23 @@ class BatchPrefillPlan {
   double plan_us() const { return plan_us_; }  // host plan + upload, host clock
 
  private:
-  // Each backend's plan, as its plan info's ToVector() writes it (flashinfer_plan.cu, _sm90.cu).
+  // Each backend's plan, as its plan info's ToVector() writes it (flashinfer_plan.cu, _sm90.cu,
+  // _decode.cu).
   std::vector<int64_t> plan_fa2(const BatchAttentionShape& shape, cudaStream_t stream);
   std::vector<int64_t> plan_sm90(const BatchAttentionShape& shape, cudaStream_t stream);
-  // Each backend's ragged launch (flashinfer_prefill_ragged.cu, _sm90.cu).
+  std::vector<int64_t> plan_decode(const BatchAttentionShape& shape, cudaStream_t stream);
+  // Each backend's launch (flashinfer_prefill_ragged.cu, _sm90.cu, _paged.cu, _decode.cu).
   void run_ragged_fa2(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                       cudaStream_t stream) const;
   void run_ragged_sm90(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                        cudaStream_t stream) const;
+  void run_paged_fa2(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
+                     cudaStream_t stream) const;
+  void run_paged_decode(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
+                        cudaStream_t stream) const;
 
   BatchAttentionShape shape_;
-  PrefillBackend backend_;
+  AttentionBackend backend_;
   std::vector<int64_t> info_;  // the plan
   DeviceBuffer float_ws_, int_ws_, q_indptr_, kv_indptr_;
   DeviceBuffer pages_, last_page_len_;  // paged only: kv_indptr_ counts pages

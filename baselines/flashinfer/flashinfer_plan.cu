@@ -79,7 +79,21 @@ std::string batch_prefill_unsupported(int head_dim, int heads, int kv_heads, DTy
   return "";
 }
 
-BatchPrefillPlan::BatchPrefillPlan(const BatchAttentionShape& shape, PrefillBackend backend, cudaStream_t stream)
+std::string batch_decode_unsupported(int head_dim, int heads, int kv_heads, int q_len, DType dtype) {
+  if (dtype != DType::bf16 && dtype != DType::f16) return "FlashInfer peers are instantiated for bf16 and fp16";
+  if (q_len != 1) return "q_len " + std::to_string(q_len) + ": FlashInfer's CUDA-core decode takes one query token";
+  if (head_dim != 128)
+    return "head_dim " + std::to_string(head_dim) + ": FlashInfer's decode is instantiated for 128 only";
+  if (heads % kv_heads) return "heads must be a multiple of kv_heads";
+  const int group = heads / kv_heads;
+  if (group != 1 && group != 2 && group != 3 && group != 4 && group != 8)
+    return "group " + std::to_string(group) + ": FlashInfer's CUDA-core decode takes 1, 2, 3, 4 or 8 query heads per "
+           "KV head";
+  return "";
+}
+
+BatchAttentionPlan::BatchAttentionPlan(const BatchAttentionShape& shape, AttentionBackend backend,
+                                       cudaStream_t stream)
     : shape_(shape),
       backend_(backend),
       float_ws_(float_workspace_bytes(shape), "FlashInfer float workspace"),
@@ -92,12 +106,16 @@ BatchPrefillPlan::BatchPrefillPlan(const BatchAttentionShape& shape, PrefillBack
   CUDA_CHECK(cudaStreamSynchronize(stream));
   // What FlashInfer's plan() costs a server per batch: the host schedule and its upload.
   const auto start = std::chrono::steady_clock::now();
-  info_ = backend == PrefillBackend::sm90 ? plan_sm90(shape, stream) : plan_fa2(shape, stream);
+  switch (backend) {
+    case AttentionBackend::fa2: info_ = plan_fa2(shape, stream); break;
+    case AttentionBackend::sm90: info_ = plan_sm90(shape, stream); break;
+    case AttentionBackend::decode: info_ = plan_decode(shape, stream); break;
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   plan_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::vector<int64_t> BatchPrefillPlan::plan_fa2(const BatchAttentionShape& shape, cudaStream_t stream) {
+std::vector<int64_t> BatchAttentionPlan::plan_fa2(const BatchAttentionShape& shape, cudaStream_t stream) {
   ::flashinfer::PrefillPlanInfo info;
   std::vector<int32_t> q_indptr = shape.q_indptr, kv_indptr = shape.kv_indptr;  // it takes non-const
   CUDA_CHECK((::flashinfer::PrefillPlan<int32_t>(
@@ -109,13 +127,21 @@ std::vector<int64_t> BatchPrefillPlan::plan_fa2(const BatchAttentionShape& shape
   return info.ToVector();
 }
 
-void BatchPrefillPlan::run_ragged(const void* q, const void* k, const void* v, void* o, float* lse_log2,
+void BatchAttentionPlan::run_ragged(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                                   cudaStream_t stream) const {
-  if (backend_ == PrefillBackend::sm90) return run_ragged_sm90(q, k, v, o, lse_log2, stream);
+  if (backend_ == AttentionBackend::sm90) return run_ragged_sm90(q, k, v, o, lse_log2, stream);
+  if (backend_ != AttentionBackend::fa2) throw std::invalid_argument("FlashInfer's decode backend takes pages only");
   run_ragged_fa2(q, k, v, o, lse_log2, stream);
 }
 
-void BatchPrefillPlan::upload_page_table(const PagedKvTable& table, cudaStream_t stream) {
+void BatchAttentionPlan::run_paged(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
+                                   cudaStream_t stream) const {
+  if (backend_ == AttentionBackend::decode) return run_paged_decode(q, k_pages, v_pages, o, lse_log2, stream);
+  if (backend_ != AttentionBackend::fa2) throw std::invalid_argument("FlashInfer's SM90 backend takes ragged keys only");
+  run_paged_fa2(q, k_pages, v_pages, o, lse_log2, stream);
+}
+
+void BatchAttentionPlan::upload_page_table(const PagedKvTable& table, cudaStream_t stream) {
   if (table.indptr != shape_.kv_indptr)
     throw std::invalid_argument("FlashInfer page table: its indptr is not the plan's kv_indptr");
   pages_ = upload(table.indices, "FlashInfer page indices", stream);
@@ -123,7 +149,7 @@ void BatchPrefillPlan::upload_page_table(const PagedKvTable& table, cudaStream_t
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go
 }
 
-size_t BatchPrefillPlan::workspace_bytes() const {
+size_t BatchAttentionPlan::workspace_bytes() const {
   return float_ws_.bytes() + int_ws_.bytes() + q_indptr_.bytes() + kv_indptr_.bytes() + pages_.bytes() +
          last_page_len_.bytes();
 }

@@ -7,11 +7,11 @@
 
 namespace topt::baselines::flashinfer {
 
-void BatchPrefillPlan::run_paged(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
-                                 cudaStream_t stream) const {
+void BatchAttentionPlan::run_paged_fa2(const void* q, const void* k_pages, const void* v_pages, void* o,
+                                       float* lse_log2, cudaStream_t stream) const {
   constexpr uint32_t kHeadDim = 128;
-  if (backend_ != PrefillBackend::fa2 || shape_.head_dim != int(kHeadDim) || !shape_.causal)
-    throw std::invalid_argument("FlashInfer paged prefill: instantiated for the FA2 kernels, head_dim 128, causal");
+  if (shape_.head_dim != int(kHeadDim) || !shape_.causal)
+    throw std::invalid_argument("FlashInfer paged prefill: instantiated for head_dim 128, causal");
   dispatch_half_dtype(shape_.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     PagedParams<T> p;

@@ -28,7 +28,7 @@ void run_ragged_typed(RaggedParams<T> params, const std::vector<int64_t>& info, 
 
 }  // namespace
 
-void BatchPrefillPlan::run_ragged_fa2(const void* q, const void* k, const void* v, void* o, float* lse_log2,
+void BatchAttentionPlan::run_ragged_fa2(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                                       cudaStream_t stream) const {
   dispatch_half_dtype(shape_.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -40,7 +40,7 @@ __global__ void sm90_build_probe_kernel() {}
 
 const void* sm90_build_probe() { return reinterpret_cast<const void*>(sm90_build_probe_kernel); }
 
-std::vector<int64_t> BatchPrefillPlan::plan_sm90(const BatchAttentionShape& shape, cudaStream_t stream) {
+std::vector<int64_t> BatchAttentionPlan::plan_sm90(const BatchAttentionShape& shape, cudaStream_t stream) {
   ::flashinfer::PrefillPlanSM90Info info;
   std::vector<int32_t> q_indptr = shape.q_indptr, kv_indptr = shape.kv_indptr, kv_lens;
   for (int b = 0; b < shape.batch(); ++b) kv_lens.push_back(kv_indptr[size_t(b) + 1] - kv_indptr[size_t(b)]);
@@ -56,7 +56,7 @@ std::vector<int64_t> BatchPrefillPlan::plan_sm90(const BatchAttentionShape& shap
   return info.ToVector();
 }
 
-void BatchPrefillPlan::run_ragged_sm90(const void* q, const void* k, const void* v, void* o, float* lse_log2,
+void BatchAttentionPlan::run_ragged_sm90(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                                        cudaStream_t stream) const {
   ::flashinfer::PrefillPlanSM90Info info;
   info.FromVector(info_);

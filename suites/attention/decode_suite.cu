@@ -384,16 +384,17 @@ class GatherCublasInstance : public Instance {
   baselines::GatherCublasDecode impl_;
 };
 
-// FlashInfer's tensor-core decode (its batch prefill on the pages, as FlashInfer runs GQA decode):
-// its page table (indptr, indices, last_page_len) built from ours, and its plan, once here. Its
-// queries and outputs are packed tokens (batch·q_len, heads, head_dim): for q_len 1 that is our
-// layout; for more, q is repacked here and o unpacked in copy_out, both untimed.
+// FlashInfer's decode on the pages: its tensor-core path (its batch prefill kernel, as FlashInfer runs
+// GQA decode) or its CUDA-core decode kernel. Its page table (indptr, indices, last_page_len) is built
+// from ours, and its plan, once here. Its queries and outputs are packed tokens (batch·q_len, heads,
+// head_dim): for q_len 1 that is our layout; for more (tensor cores only), q is repacked here and o
+// unpacked in copy_out, both untimed.
 class FlashInferDecode : public Instance {
  public:
-  FlashInferDecode(const DecodeProblem& p, cudaStream_t stream)
+  FlashInferDecode(const DecodeProblem& p, baselines::flashinfer::AttentionBackend backend, cudaStream_t stream)
       : p_(p),
         table_(baselines::flashinfer::paged_kv_table(p.table_host, p.max_pages, p.lens, p.shape.page_size)),
-        plan_(shape(p, table_), baselines::flashinfer::PrefillBackend::fa2, stream) {
+        plan_(shape(p, table_), backend, stream) {
     plan_.upload_page_table(table_, stream);
     const DecodeCase& s = p.shape;
     if (s.q_len > 1) {
@@ -436,7 +437,7 @@ class FlashInferDecode : public Instance {
 
   const DecodeProblem& p_;
   baselines::flashinfer::PagedKvTable table_;
-  baselines::flashinfer::BatchPrefillPlan plan_;
+  baselines::flashinfer::BatchAttentionPlan plan_;
   DeviceBuffer q_packed_, o_packed_;  // q_len > 1: (batch·q_len, heads, head_dim)
 };
 
@@ -528,15 +529,30 @@ void register_attention_decode(Registry& registry) {
                       "pages"});
   op.impls.push_back({"flashinfer", Role::peer,
                       "FlashInfer " + std::string(baselines::flashinfer::version()) +
-                          " tensor-core decode: its batch prefill kernel on the pages (FA2-style, mma.sync), "
-                          "host plan apart (metric plan_us)",
+                          " tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, "
+                          "mma.sync), host plan apart (metric plan_us)",
                       [](const Case& c) {
                         const DecodeCase s(c);
                         return baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads,
                                                                                 s.dtype, true);
                       },
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<FlashInferDecode>(as_decode(p), s);
+                        return std::make_unique<FlashInferDecode>(as_decode(p),
+                                                                  baselines::flashinfer::AttentionBackend::fa2, s);
+                      },
+                      "pages"});
+  op.impls.push_back({"flashinfer_simt", Role::peer,
+                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
+                          " CUDA-core decode (its default path): BatchDecodeWithPagedKVCache, split-KV over the "
+                          "pages, host plan apart (metric plan_us)",
+                      [](const Case& c) {
+                        const DecodeCase s(c);
+                        return baselines::flashinfer::batch_decode_unsupported(s.head_dim, s.heads, s.kv_heads,
+                                                                               s.q_len, s.dtype);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<FlashInferDecode>(as_decode(p),
+                                                                  baselines::flashinfer::AttentionBackend::decode, s);
                       },
                       "pages"});
   // Our ladder, each rung adding one thing to the one before.

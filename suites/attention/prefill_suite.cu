@@ -393,7 +393,7 @@ class CudnnPrefill : public Instance {
 // of its own; copy_out turns that into ours, (heads, total_q) natural, untimed.
 class FlashInferPrefill : public Instance {
  public:
-  FlashInferPrefill(const PrefillProblem& p, baselines::flashinfer::PrefillBackend backend, cudaStream_t stream)
+  FlashInferPrefill(const PrefillProblem& p, baselines::flashinfer::AttentionBackend backend, cudaStream_t stream)
       : p_(p), plan_(shape(p), backend, stream), lse_log2_(p.lse->bytes(), "FlashInfer LSE (log2, token-major)") {}
   void launch(cudaStream_t s) override {
     plan_.run_ragged(p_.q->data, p_.k->data, p_.v->data, p_.o->data, lse_log2_.as<float>(), s);
@@ -421,7 +421,7 @@ class FlashInferPrefill : public Instance {
   }
 
   const PrefillProblem& p_;
-  baselines::flashinfer::BatchPrefillPlan plan_;
+  baselines::flashinfer::BatchAttentionPlan plan_;
   DeviceBuffer lse_log2_;  // (total_q, heads) fp32, log2
 };
 
@@ -439,7 +439,7 @@ std::string ours_unsupported(const Case& c, kernels::PrefillVariant variant) {
   return kernels::prefill_unsupported(PrefillCase(c).shape_args(), variant);
 }
 
-Impl flashinfer_impl(const char* name, baselines::flashinfer::PrefillBackend backend, const char* what) {
+Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend backend, const char* what) {
   return {name, Role::peer,
           "FlashInfer " + std::string(baselines::flashinfer::version()) + " " + what +
               ", host plan apart (metric plan_us)",
@@ -447,7 +447,7 @@ Impl flashinfer_impl(const char* name, baselines::flashinfer::PrefillBackend bac
             const PrefillCase s(c);
             std::string why = baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads,
                                                                                s.dtype, false);
-            if (why.empty() && backend == baselines::flashinfer::PrefillBackend::sm90)
+            if (why.empty() && backend == baselines::flashinfer::AttentionBackend::sm90)
               why = kernels::sm90::sm90a_unsupported(baselines::flashinfer::sm90_build_probe());
             return why;
           },
@@ -530,9 +530,9 @@ void register_attention_prefill(Registry& registry) {
                       nullptr, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<UnfusedPrefillInstance>(as_prefill(p), s);
                       }});
-  op.impls.push_back(flashinfer_impl("flashinfer_sm80", baselines::flashinfer::PrefillBackend::fa2,
+  op.impls.push_back(flashinfer_impl("flashinfer_sm80", baselines::flashinfer::AttentionBackend::fa2,
                                      "FA2-style ragged batch prefill (mma.sync, cp.async)"));
-  op.impls.push_back(flashinfer_impl("flashinfer_sm90", baselines::flashinfer::PrefillBackend::sm90,
+  op.impls.push_back(flashinfer_impl("flashinfer_sm90", baselines::flashinfer::AttentionBackend::sm90,
                                      "FA3-style SM90 ragged batch prefill (TMA, wgmma, warp-specialized)"));
   // Our ladder, each rung adding one thing to the one its note names: ours_v2_cluster and
   // ours_v2_tail each add theirs to ours_v2.
