@@ -38,3 +38,31 @@ find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES li
 add_library(NCCL::nccl SHARED IMPORTED)
 set_target_properties(NCCL::nccl PROPERTIES
   IMPORTED_LOCATION ${NCCL_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+
+# FlashInfer, the attention and norm peers: its C++ headers (and the CUTLASS they use) from the
+# flashinfer-python wheel of the version in baselines/flashinfer/VERSION, unpacked by scripts/setup.sh.
+# FLASHINFER_INCLUDE_DIR overrides the lookup (its parent must hold cutlass/include and
+# cutlass/tools/util/include, which its SM90 headers use).
+file(STRINGS ${CMAKE_SOURCE_DIR}/baselines/flashinfer/VERSION FLASHINFER_VERSION LIMIT_COUNT 1)
+if(NOT FLASHINFER_INCLUDE_DIR)
+  if(DEFINED ENV{XDG_CACHE_HOME})
+    set(FLASHINFER_INCLUDE_DIR "$ENV{XDG_CACHE_HOME}/topt/flashinfer-${FLASHINFER_VERSION}/include")
+  else()
+    set(FLASHINFER_INCLUDE_DIR "$ENV{HOME}/.cache/topt/flashinfer-${FLASHINFER_VERSION}/include")
+  endif()
+endif()
+get_filename_component(FLASHINFER_CUTLASS_INCLUDE_DIR "${FLASHINFER_INCLUDE_DIR}/../cutlass/include" ABSOLUTE)
+get_filename_component(FLASHINFER_CUTLASS_UTIL_INCLUDE_DIR "${FLASHINFER_INCLUDE_DIR}/../cutlass/tools/util/include"
+                       ABSOLUTE)
+if(NOT EXISTS "${FLASHINFER_INCLUDE_DIR}/flashinfer/attention/prefill.cuh"
+   OR NOT EXISTS "${FLASHINFER_CUTLASS_INCLUDE_DIR}/cutlass/cutlass.h"
+   OR NOT EXISTS "${FLASHINFER_CUTLASS_UTIL_INCLUDE_DIR}/cutlass/util/command_line.h")
+  message(FATAL_ERROR "FlashInfer ${FLASHINFER_VERSION} headers not found in '${FLASHINFER_INCLUDE_DIR}' "
+                      "(with CUTLASS in '${FLASHINFER_CUTLASS_INCLUDE_DIR}'): run scripts/setup.sh")
+endif()
+add_library(flashinfer_headers INTERFACE IMPORTED)
+# SYSTEM: its warnings are not ours. norm.cuh's TensorRT-LLM helpers define their bf16/fp8 pack types
+# only under ENABLE_BF16 / ENABLE_FP8.
+target_include_directories(flashinfer_headers SYSTEM INTERFACE
+  ${FLASHINFER_INCLUDE_DIR} ${FLASHINFER_CUTLASS_INCLUDE_DIR} ${FLASHINFER_CUTLASS_UTIL_INCLUDE_DIR})
+target_compile_definitions(flashinfer_headers INTERFACE ENABLE_BF16 ENABLE_FP8)

@@ -31,6 +31,35 @@ if ! "$PY" -c "import matplotlib" 2>/dev/null; then
   "$PY" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[1]}"
 fi
 
+# FlashInfer's C++ headers (the attention and norm peers, instantiated in our build): the
+# flashinfer-python wheel ships them with the CUTLASS they use; no PyTorch, no JIT. Pinned in
+# baselines/flashinfer/VERSION: 0.5.3's headers build with the CUDA 13.0 toolkit (0.7 needs a newer CCCL).
+FLASHINFER_VERSION=$(head -n1 "$(dirname "$0")/../baselines/flashinfer/VERSION")
+FLASHINFER_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/topt/flashinfer-${FLASHINFER_VERSION}
+if [[ ! -f $FLASHINFER_DIR/.complete ]]; then
+  echo "setup: fetching FlashInfer ${FLASHINFER_VERSION} headers into ${FLASHINFER_DIR}"
+  wheel_dir=$(mktemp -d)
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$wheel_dir" "flashinfer-python==${FLASHINFER_VERSION}"
+  rm -rf "$FLASHINFER_DIR" && mkdir -p "$FLASHINFER_DIR"
+  # flashinfer/data/{include,cutlass/include,cutlass/tools/util/include} -> $FLASHINFER_DIR/...
+  "$PY" - "$wheel_dir"/flashinfer_python-*.whl "$FLASHINFER_DIR" <<'PYEOF'
+import os, sys, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+prefix = "flashinfer/data/"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        rel = name[len(prefix):] if name.startswith(prefix) else None
+        keep = ("include/", "cutlass/include/", "cutlass/tools/util/include/")
+        if rel and rel.startswith(keep) and not name.endswith("/"):
+            path = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with z.open(name) as src, open(path, "wb") as out:
+                out.write(src.read())
+PYEOF
+  rm -rf "$wheel_dir"
+  touch "$FLASHINFER_DIR/.complete"
+fi
+
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
   echo "setup: the CUDA 13 toolkit (nvcc) is required and was not found in PATH or /usr/local/cuda" >&2
   exit 1

@@ -10,6 +10,7 @@
 
 #include "baselines/attention/decode_unfused.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
+#include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/decode_attention.h"
@@ -383,6 +384,63 @@ class GatherCublasInstance : public Instance {
   baselines::GatherCublasDecode impl_;
 };
 
+// FlashInfer's decode on the pages: its tensor-core path (its batch prefill kernel, as FlashInfer runs
+// GQA decode) or its CUDA-core decode kernel. Its page table (indptr, indices, last_page_len) is built
+// from ours, and its plan, once here. Its queries and outputs are packed tokens (batch·q_len, heads,
+// head_dim): for q_len 1 that is our layout; for more (tensor cores only), q is repacked here and o
+// unpacked in copy_out, both untimed.
+class FlashInferDecode : public Instance {
+ public:
+  FlashInferDecode(const DecodeProblem& p, baselines::flashinfer::AttentionBackend backend, cudaStream_t stream)
+      : p_(p),
+        table_(baselines::flashinfer::paged_kv_table(p.table_host, p.max_pages, p.lens, p.shape.page_size)),
+        plan_(shape(p, table_), backend, stream) {
+    plan_.upload_page_table(table_, stream);
+    const DecodeCase& s = p.shape;
+    if (s.q_len > 1) {
+      q_packed_ = DeviceBuffer(p.q->bytes(), "FlashInfer packed q");
+      o_packed_ = DeviceBuffer(p.o->bytes(), "FlashInfer packed o");
+      baselines::flashinfer::swap_middle_axes(p.q->data, q_packed_.get(), s.batch, s.heads, s.q_len, s.head_dim,
+                                              stream);
+    }
+  }
+  void launch(cudaStream_t s) override {
+    const bool packed = p_.shape.q_len > 1;
+    plan_.run_paged(packed ? q_packed_.get() : p_.q->data, p_.k_pages->data, p_.v_pages->data,
+                    packed ? o_packed_.get() : p_.o->data, nullptr, s);
+  }
+  void copy_out(cudaStream_t stream) override {
+    const DecodeCase& s = p_.shape;
+    if (s.q_len == 1) return;
+    baselines::flashinfer::swap_middle_axes(o_packed_.get(), p_.o->data, s.batch, s.q_len, s.heads, s.head_dim,
+                                            stream);
+    // Poisoned again, so that a later check cannot pass on this launch's output.
+    CUDA_CHECK(cudaMemsetAsync(o_packed_.get(), 0xff, o_packed_.bytes(), stream));
+  }
+  size_t workspace_bytes() const override { return plan_.workspace_bytes() + q_packed_.bytes() + o_packed_.bytes(); }
+  std::vector<std::pair<std::string, double>> metrics() const override { return {{"plan_us", plan_.plan_us()}}; }
+
+ private:
+  static baselines::flashinfer::BatchAttentionShape shape(const DecodeProblem& p,
+                                                          const baselines::flashinfer::PagedKvTable& table) {
+    baselines::flashinfer::BatchAttentionShape s;
+    s.heads = p.shape.heads;
+    s.kv_heads = p.shape.kv_heads;
+    s.head_dim = p.shape.head_dim;
+    s.dtype = p.shape.dtype;
+    s.causal = true;
+    s.page_size = p.shape.page_size;
+    for (int b = 0; b <= p.shape.batch; ++b) s.q_indptr.push_back(b * p.shape.q_len);
+    s.kv_indptr = table.indptr;
+    return s;
+  }
+
+  const DecodeProblem& p_;
+  baselines::flashinfer::PagedKvTable table_;
+  baselines::flashinfer::BatchAttentionPlan plan_;
+  DeviceBuffer q_packed_, o_packed_;  // q_len > 1: (batch·q_len, heads, head_dim)
+};
+
 std::string ours_unsupported(const Case& c) {
   const DecodeCase s(c);
   kernels::PagedKv kv;
@@ -467,6 +525,34 @@ void register_attention_decode(Registry& registry) {
                       nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
+                      },
+                      "pages"});
+  op.impls.push_back({"flashinfer", Role::peer,
+                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
+                          " tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, "
+                          "mma.sync), host plan apart (metric plan_us)",
+                      [](const Case& c) {
+                        const DecodeCase s(c);
+                        return baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads,
+                                                                                s.dtype, true);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<FlashInferDecode>(as_decode(p),
+                                                                  baselines::flashinfer::AttentionBackend::fa2, s);
+                      },
+                      "pages"});
+  op.impls.push_back({"flashinfer_simt", Role::peer,
+                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
+                          " CUDA-core decode (its default path): BatchDecodeWithPagedKVCache, split-KV over the "
+                          "pages, host plan apart (metric plan_us)",
+                      [](const Case& c) {
+                        const DecodeCase s(c);
+                        return baselines::flashinfer::batch_decode_unsupported(s.head_dim, s.heads, s.kv_heads,
+                                                                               s.q_len, s.dtype);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<FlashInferDecode>(as_decode(p),
+                                                                  baselines::flashinfer::AttentionBackend::decode, s);
                       },
                       "pages"});
   // Our ladder, each rung adding one thing to the one before.

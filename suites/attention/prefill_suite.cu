@@ -14,10 +14,12 @@
 
 #include "baselines/attention/prefill_unfused.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
+#include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/check.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/prefill_attention.h"
+#include "kernels/sm90/sm90_device.h"
 #include "suites/attention/attention_suites.h"
 
 namespace topt::suites {
@@ -386,6 +388,43 @@ class CudnnPrefill : public Instance {
   DeviceBuffer workspace_, seq_len_q_, seq_len_kv_, offset_qo_, offset_kv_, offset_lse_;
 };
 
+// FlashInfer's ragged prefill (FA2-style or SM90) on our tensors as they are (its packed-token layout
+// is ours), its plan made once here. It writes the LSE as (total_q, heads) in log2 units into a buffer
+// of its own; copy_out turns that into ours, (heads, total_q) natural, untimed.
+class FlashInferPrefill : public Instance {
+ public:
+  FlashInferPrefill(const PrefillProblem& p, baselines::flashinfer::AttentionBackend backend, cudaStream_t stream)
+      : p_(p), plan_(shape(p), backend, stream), lse_log2_(p.lse->bytes(), "FlashInfer LSE (log2, token-major)") {}
+  void launch(cudaStream_t s) override {
+    plan_.run_ragged(p_.q->data, p_.k->data, p_.v->data, p_.o->data, lse_log2_.as<float>(), s);
+  }
+  void copy_out(cudaStream_t stream) override {
+    baselines::flashinfer::lse_log2_to_heads_major(lse_log2_.as<float>(), p_.lse->as<float>(), p_.args.total_q,
+                                                   p_.shape.heads, stream);
+    // Poisoned again, so that a later check cannot pass on this launch's LSE.
+    CUDA_CHECK(cudaMemsetAsync(lse_log2_.get(), 0xff, lse_log2_.bytes(), stream));
+  }
+  size_t workspace_bytes() const override { return plan_.workspace_bytes() + lse_log2_.bytes(); }
+  std::vector<std::pair<std::string, double>> metrics() const override { return {{"plan_us", plan_.plan_us()}}; }
+
+ private:
+  static baselines::flashinfer::BatchAttentionShape shape(const PrefillProblem& p) {
+    baselines::flashinfer::BatchAttentionShape s;
+    s.heads = p.shape.heads;
+    s.kv_heads = p.shape.kv_heads;
+    s.head_dim = p.shape.head_dim;
+    s.dtype = p.shape.dtype;
+    s.causal = p.shape.causal;
+    s.q_indptr = p.cu_q_host;
+    s.kv_indptr = p.cu_k_host;
+    return s;
+  }
+
+  const PrefillProblem& p_;
+  baselines::flashinfer::BatchAttentionPlan plan_;
+  DeviceBuffer lse_log2_;  // (total_q, heads) fp32, log2
+};
+
 class UnfusedPrefillInstance : public Instance {
  public:
   UnfusedPrefillInstance(const PrefillProblem& p, cudaStream_t stream) : impl_(p.args, p.lens, stream) {}
@@ -398,6 +437,23 @@ class UnfusedPrefillInstance : public Instance {
 
 std::string ours_unsupported(const Case& c, kernels::PrefillVariant variant) {
   return kernels::prefill_unsupported(PrefillCase(c).shape_args(), variant);
+}
+
+Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend backend, const char* what) {
+  return {name, Role::peer,
+          "FlashInfer " + std::string(baselines::flashinfer::version()) + " " + what +
+              ", host plan apart (metric plan_us)",
+          [backend](const Case& c) {
+            const PrefillCase s(c);
+            std::string why = baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads,
+                                                                               s.dtype, false);
+            if (why.empty() && backend == baselines::flashinfer::AttentionBackend::sm90)
+              why = kernels::sm90::sm90a_unsupported(baselines::flashinfer::sm90_build_probe());
+            return why;
+          },
+          [backend](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+            return std::make_unique<FlashInferPrefill>(as_prefill(p), backend, s);
+          }};
 }
 
 Impl ours_impl(const char* name, kernels::PrefillVariant variant, const char* note) {
@@ -474,6 +530,10 @@ void register_attention_prefill(Registry& registry) {
                       nullptr, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<UnfusedPrefillInstance>(as_prefill(p), s);
                       }});
+  op.impls.push_back(flashinfer_impl("flashinfer_sm80", baselines::flashinfer::AttentionBackend::fa2,
+                                     "FA2-style ragged batch prefill (mma.sync, cp.async)"));
+  op.impls.push_back(flashinfer_impl("flashinfer_sm90", baselines::flashinfer::AttentionBackend::sm90,
+                                     "FA3-style SM90 ragged batch prefill (TMA, wgmma, warp-specialized)"));
   // Our ladder, each rung adding one thing to the one its note names: ours_v2_cluster and
   // ours_v2_tail each add theirs to ours_v2.
   op.impls.push_back(ours_impl("ours_v1", kernels::PrefillVariant::fa2,

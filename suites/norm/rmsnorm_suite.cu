@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "baselines/cudnn/cudnn_norm.h"
+#include "baselines/flashinfer/flashinfer_norm.h"
 #include "baselines/norm/norm_unfused.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
@@ -140,6 +141,27 @@ std::unique_ptr<Instance> ours_add_rmsnorm(const RmsNormProblem& q, kernels::Row
   });
 }
 
+// FlashInfer's RMSNorm, after the unfused residual add where the op has one.
+std::unique_ptr<Instance> flashinfer_rmsnorm(const RmsNormProblem& q) {
+  return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
+    q.add_residual_unfused(s);
+    baselines::flashinfer::rmsnorm(q.norm_input(), q.w->data, q.y->data, q.shape.tokens, q.shape.hidden, q.shape.eps,
+                                   q.shape.dtype, s);
+  });
+}
+
+// FlashInfer's FusedAddRMSNorm works in place (residual += input, input = norm(residual) · w): the
+// inputs are copied into the outputs first (x to y, residual to h), so every launch sees the same
+// inputs. The copies are timed with it: the harness has no untimed step between launches.
+std::unique_ptr<Instance> flashinfer_add_rmsnorm(const RmsNormProblem& q) {
+  return std::make_unique<LambdaInstance>([&q](cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(q.y->data, q.x->data, q.x->bytes(), cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(q.h->data, q.residual->data, q.residual->bytes(), cudaMemcpyDeviceToDevice, s));
+    baselines::flashinfer::fused_add_rmsnorm(q.y->data, q.h->data, q.w->data, q.shape.tokens, q.shape.hidden,
+                                             q.shape.eps, q.shape.dtype, s);
+  });
+}
+
 constexpr const char* kClusterNote =
     "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster (<= 2 KB of x and w per SM, a warp-sized "
     "slice at 4096), partial sums merged through DSMEM, one cluster barrier";
@@ -228,6 +250,12 @@ void register_rmsnorm(Registry& registry) {
                             },
                             inv_rms->bytes());
                       }});
+  op.impls.push_back({"flashinfer", Role::peer,
+                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
+                          " RMSNorm (one block per row, 16-byte loads)",
+                      nullptr, [](const Problem& p, const Case&, cudaStream_t) {
+                        return flashinfer_rmsnorm(as_rmsnorm(p));
+                      }});
   op.impls.push_back({"ours", Role::ours,
                       "fused: row in registers as packed bf16/fp16 pairs, 16-byte loads, w loaded beside x, one read, "
                       "one write",
@@ -254,6 +282,16 @@ void register_add_rmsnorm(Registry& registry) {
                         return ours_rmsnorm(as_rmsnorm(p));
                       }});
   op.impls.push_back(cudnn_impl(Role::baseline, "add kernel, then the cuDNN graph API rmsnorm"));
+  op.impls.push_back({"flashinfer", Role::peer,
+                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
+                          " FusedAddRMSNorm (in place, row staged in shared memory), timed with the copies of x "
+                          "and residual into y and h that its in-place API needs",
+                      [](const Case& c) {
+                        return baselines::flashinfer::fused_add_rmsnorm_unsupported(NormShape(c).hidden);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t) {
+                        return flashinfer_add_rmsnorm(as_rmsnorm(p));
+                      }});
   op.impls.push_back({"ours", Role::ours, "fused: x and residual read once, h and y written from registers",
                       norm_ours_unsupported, [](const Problem& p, const Case&, cudaStream_t) {
                         return ours_add_rmsnorm(as_rmsnorm(p), kernels::RowSplit::block);

@@ -82,6 +82,82 @@ TEST_P(DecodeGpu, CudnnMatchesOrRefusesClearly) {
   }
 }
 
+// FlashInfer's tensor-core decode (its batch prefill on the pages, our table turned into its
+// indptr/indices/last_page_len): every shape of the grid, head_dim 128 (what it is built for), page
+// sizes 16 to 256, GQA, ragged lengths, q_len 1-8 (queries repacked, outputs unpacked by copy_out).
+// Its CUDA-core decode (flashinfer_simt) on the shapes it takes: one query token, group 1, 2, 3, 4 or 8.
+TEST_P(DecodeGpu, FlashInferPeersMatchTheReference) {
+  auto [s, dt] = GetParam();
+  Case c = decode_case(s, dt);
+  for (const char* name : {"flashinfer", "flashinfer_simt"}) {
+    const Impl* impl = builtin_registry().find(c.op)->find_impl(name);
+    ASSERT_NE(impl, nullptr) << name;
+    ASSERT_EQ(impl->role, Role::peer) << name;
+    if (std::string why = impl->unsupported(c); !why.empty()) {
+      EXPECT_EQ(std::string(name), "flashinfer_simt") << c.label() << ": " << why;
+      EXPECT_GT(s.q_len, 1) << c.label() << ": " << why;  // the grid's groups are 1, 2 and 8
+      continue;
+    }
+    CheckResult r = run_and_check(c, name);
+    EXPECT_TRUE(r.passes()) << name << " " << c.label() << ": " << r.describe();
+  }
+}
+
+// FlashInfer's plans split a long batch-1 sequence over their float workspace and merge the parts:
+// every launch is right, one query token or four (the packed output poisoned again after each
+// copy_out), tensor cores or CUDA cores.
+TEST_F(GpuTest, FlashInferDecodeIsRightOnEveryLaunch) {
+  if (small_shapes_only()) GTEST_SKIP() << "repeated launches of a large case: memcheck's, not racecheck's";
+  for (auto [impl, q_len] :
+       {std::pair{"flashinfer", 1}, std::pair{"flashinfer", 4}, std::pair{"flashinfer_simt", 1}}) {
+    Case c = decode_case({1, 9000, "uniform", q_len, 64, 8, 16}, DType::bf16);
+    const OpDef* op = builtin_registry().find(c.op);
+    auto problem = op->make_problem(c, 5, stream);
+    Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+    auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
+    const auto metrics = inst->metrics();
+    ASSERT_EQ(metrics.size(), 1u);
+    EXPECT_EQ(metrics[0].first, "plan_us");
+    EXPECT_GT(metrics[0].second, 0.0);
+    for (int launch = 0; launch < 3; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      inst->copy_out(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << impl << " q_len " << q_len << " launch " << launch << ": " << r.describe();
+    }
+  }
+}
+
+// Head dims it is not built for are refused up front, with the reason.
+TEST(DecodePlan, FlashInferRefusesOtherHeadDims) {
+  Params p;
+  p.set("batch", int64_t(2));
+  p.set("context", int64_t(100));
+  p.set("heads", int64_t(8));
+  p.set("kv_heads", int64_t(8));
+  p.set("head_dim", int64_t(64));
+  Case c = make_case("attention_decode", p, DType::bf16);
+  for (const char* impl : {"flashinfer", "flashinfer_simt"}) {
+    const std::string why = builtin_registry().find(c.op)->find_impl(impl)->unsupported(c);
+    EXPECT_NE(why.find("head_dim 64"), std::string::npos) << impl << ": " << why;
+  }
+  // Its CUDA-core decode takes one query token and the group sizes its dispatch has.
+  c.params.set("head_dim", int64_t(128));
+  c.params.set("q_len", int64_t(2));
+  EXPECT_NE(builtin_registry().find(c.op)->find_impl("flashinfer_simt")->unsupported(c).find("q_len 2"),
+            std::string::npos);
+  c.params.set("q_len", int64_t(1));
+  c.params.set("heads", int64_t(16));
+  c.params.set("kv_heads", int64_t(1));
+  EXPECT_NE(builtin_registry().find(c.op)->find_impl("flashinfer_simt")->unsupported(c).find("group 16"),
+            std::string::npos);
+  c.params.set("kv_heads", int64_t(2));
+  EXPECT_EQ(builtin_registry().find(c.op)->find_impl("flashinfer_simt")->unsupported(c), "");
+
+}
+
 // The split combine counts finished splits in the workspace and resets the count: every launch
 // after the first must be right too (the harness checks the first and times the rest).
 TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {

@@ -1,7 +1,8 @@
 // Prefill attention: every implementation against the reference on edge cases (seq 1 and 17, tile
 // ± 1, chunked prefill with seq < seq_k, varlen batches, MHA/GQA/MQA, head_dim 64 and 128, bf16 and
 // fp16), O and LSE both checked; the fp32 GPU reference against the CPU double one; repeated
-// launches; the unfused path's O(seq²) workspace and its refusal when that does not fit.
+// launches; the unfused path's O(seq²) workspace and its refusal when that does not fit. The
+// FlashInfer peers run through the same checks.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -33,8 +34,9 @@ Case prefill_case(const PrefillParam& s, DType dt) {
   return make_case("attention_prefill", p, dt);
 }
 
-const char* const kPrefillImpls[] = {"cudnn",   "unfused", "ours_v1",  "ours_v2_ws", "ours_v2_pingpong",
-                                     "ours_v2", "ours_v2_cluster", "ours_v2_tail"};
+const char* const kPrefillImpls[] = {"cudnn",           "unfused",      "ours_v1",         "ours_v2_ws",
+                                     "ours_v2_pingpong", "ours_v2",      "ours_v2_cluster", "ours_v2_tail",
+                                     "flashinfer_sm80", "flashinfer_sm90"};
 
 class PrefillGpuTest : public GpuTest {
  protected:
@@ -70,6 +72,7 @@ class PrefillGpuTest : public GpuTest {
       for (auto& out : problem.outputs()) poison_nan(out, stream);
       inst->launch(stream);
       CUDA_CHECK_LAUNCH();
+      inst->copy_out(stream);  // FlashInfer's LSE, converted to ours
       CUDA_CHECK(cudaStreamSynchronize(stream));
       CheckResult r = check_outputs(problem, ref, stream);
       EXPECT_TRUE(r.passes()) << impl_name << " launch " << launch << " " << c.label() << ": "

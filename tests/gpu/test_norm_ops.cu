@@ -43,6 +43,7 @@ struct OpCase {
 };
 
 const std::vector<std::string> kNormImpls{"ours", "ours_v2", "unfused", "cudnn"};
+const std::vector<std::string> kAddRmsNormImpls{"ours", "ours_v2", "unfused", "cudnn", "flashinfer"};
 const std::vector<std::string> kSoftmaxImpls{"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused", "cudnn"};
 const std::vector<std::string> kCausalImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow", "cudnn"};
 
@@ -54,16 +55,17 @@ std::vector<OpCase> op_cases() {
                                                              {5, 11008}, {2, 13824}, {4, 4098}, {7, 13}};
   for (auto [tokens, hidden] : norm_shapes) {
     const std::string shape = std::to_string(tokens) + "x" + std::to_string(hidden);
-    cases.push_back({"add_rmsnorm_" + shape, "add_rmsnorm", norm_params(tokens, hidden), kNormImpls});
+    cases.push_back({"add_rmsnorm_" + shape, "add_rmsnorm", norm_params(tokens, hidden), kAddRmsNormImpls});
     cases.push_back({"layernorm_" + shape, "layernorm", norm_params(tokens, hidden), kNormImpls});
   }
-  // rmsnorm's own cases are in test_rmsnorm.cu; here the cluster rung (ours_v2) against ours on rows
+  // rmsnorm's own cases are in test_rmsnorm.cu; here the cluster rung (ours_v2) and the FlashInfer
+  // peer against ours on rows
   // that take the cluster split (rows x 8 <= SMs: every one here but 64 x 8192, which takes one block
   // per row) and on widths whose slices leave blocks empty (7 x 13: 2 vectors per block, 7 blocks).
   for (auto [tokens, hidden] : norm_shapes)
     cases.push_back({"rmsnorm_" + std::to_string(tokens) + "x" + std::to_string(hidden), "rmsnorm",
-                     norm_params(tokens, hidden), {"ours", "ours_v2"}});
-  cases.push_back({"rmsnorm_1x65536", "rmsnorm", norm_params(1, 65536), {"ours", "ours_v2"}});
+                     norm_params(tokens, hidden), {"ours", "ours_v2", "flashinfer"}});
+  cases.push_back({"rmsnorm_1x65536", "rmsnorm", norm_params(1, 65536), {"ours", "ours_v2", "flashinfer"}});
   cases.push_back({"layernorm_1x12", "layernorm", norm_params(1, 12), {"ours", "ours_v2"}});
 
   const std::vector<std::pair<int64_t, int64_t>> softmax_shapes{{1, 4096},  {16, 32000}, {64, 512}, {3, 4100},

@@ -113,7 +113,7 @@ TEST(Sweep, FilterByNameAndImpl) {
   f.name = std::regex("tokens=2");
   auto plan = plan_of(yaml, f);
   ASSERT_EQ(plan.size(), 1u);
-  EXPECT_EQ(plan[0].impls.size(), 4u);  // cudnn, unfused, ours, ours_v2
+  EXPECT_EQ(plan[0].impls.size(), 5u);  // cudnn, unfused, flashinfer, ours, ours_v2
   SweepFilter g;
   g.impls = {"ours"};
   plan = plan_of(yaml, g);
