@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "baselines/flashinfer/dispatch.h"
 #include "harness/cuda_check.h"
 
 namespace topt::baselines::flashinfer {
@@ -122,13 +123,7 @@ inline int64_t planned_cta_tile_q(const std::vector<int64_t>& info_vec) {
 // Calls f(std::integral_constant<uint32_t, CTA_TILE_Q>{}) for the plan's tile: 16, 64 or 128.
 template <class F>
 void dispatch_cta_tile_q(int64_t cta_tile_q, F&& f) {
-  switch (cta_tile_q) {
-    case 16: return f(std::integral_constant<uint32_t, 16>{});
-    case 64: return f(std::integral_constant<uint32_t, 64>{});
-    case 128: return f(std::integral_constant<uint32_t, 128>{});
-  }
-  throw std::invalid_argument("FlashInfer plan chose cta_tile_q " + std::to_string(cta_tile_q) +
-                              ": expected 16, 64 or 128");
+  dispatch_u32<16, 64, 128>(cta_tile_q, "cta_tile_q", f);
 }
 
 // Calls f(std::integral_constant<fi::MaskMode, M>{}).

@@ -1,11 +1,11 @@
-// FlashInfer's batch prefill, instantiated in our build: its FA2-style kernels
+// FlashInfer's batch attention, instantiated in our build: its FA2-style prefill kernels
 // (flashinfer/attention/prefill.cuh) on ragged Q/K/V (attention_prefill's peer flashinfer_sm80) and
 // on a paged KV cache with a few query tokens per sequence (attention_decode's peer flashinfer:
 // FlashInfer's own tensor-core decode path for GQA), its FA3-style SM90 kernels on ragged Q/K/V
 // (flashinfer/attention/hopper/, the peer flashinfer_sm90), and its CUDA-core batch decode
-// (flashinfer/attention/decode.cuh, attention_decode's peer flashinfer_simt). Its plan (PrefillPlan / PrefillSM90Plan:
-// the scheduler's work arrays, built on the host and uploaded) is made once, apart from the launch,
-// and its host cost is kept.
+// (flashinfer/attention/decode.cuh, attention_decode's peer flashinfer_simt). Its plan (PrefillPlan,
+// PrefillSM90Plan or DecodePlan: the scheduler's work arrays, built on the host and uploaded) is made
+// once, apart from the launch, and its host cost is kept.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -20,7 +20,7 @@
 
 namespace topt::baselines::flashinfer {
 
-// What FlashInfer's batch prefill attends: query tokens of `batch` sequences packed as
+// What FlashInfer's batch attention attends: query tokens of `batch` sequences packed as
 // (total_q, heads, head_dim), output alike; keys ragged (total_k, kv_heads, head_dim) or paged.
 struct BatchAttentionShape {
   int heads = 0, kv_heads = 0, head_dim = 0;

@@ -7,6 +7,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variants.cuh>
 
+#include "baselines/flashinfer/dispatch.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
@@ -23,20 +24,6 @@ using DecodeVariant = fi::DefaultAttention<false, false, false, false>;
 template <class T>
 using DecodeParams = fi::BatchDecodeParams<T, T, T, int32_t>;
 
-// Calls f(std::integral_constant<uint32_t, G>{}) for the query heads per KV head, as FlashInfer's own
-// dispatch (DISPATCH_GQA_GROUP_SIZE) takes them.
-template <class F>
-void dispatch_group_size(int group, F&& f) {
-  switch (group) {
-    case 1: return f(std::integral_constant<uint32_t, 1>{});
-    case 2: return f(std::integral_constant<uint32_t, 2>{});
-    case 3: return f(std::integral_constant<uint32_t, 3>{});
-    case 4: return f(std::integral_constant<uint32_t, 4>{});
-    case 8: return f(std::integral_constant<uint32_t, 8>{});
-  }
-  throw std::invalid_argument("FlashInfer decode: unsupported group size " + std::to_string(group));
-}
-
 }  // namespace
 
 std::vector<int64_t> BatchAttentionPlan::plan_decode(const BatchAttentionShape& shape, cudaStream_t stream) {
@@ -46,7 +33,8 @@ std::vector<int64_t> BatchAttentionPlan::plan_decode(const BatchAttentionShape& 
   std::vector<int32_t> indptr = shape.kv_indptr;  // pages; it takes non-const
   dispatch_half_dtype(shape.dtype, [&](auto tag) {
     using Params = DecodeParams<typename decltype(tag)::type>;
-    dispatch_group_size(shape.heads / shape.kv_heads, [&](auto group) {
+    // The group sizes FlashInfer's own dispatch (DISPATCH_GQA_GROUP_SIZE) takes.
+    dispatch_u32<1, 2, 3, 4, 8>(shape.heads / shape.kv_heads, "GQA group size", [&](auto group) {
       auto estimate = fi::BatchDecodeWithPagedKVCacheWorkEstimationDispatched<group.value, kHeadDim,
                                                                               fi::PosEncodingMode::kNone,
                                                                               DecodeVariant, Params>;

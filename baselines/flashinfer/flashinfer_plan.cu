@@ -130,14 +130,16 @@ std::vector<int64_t> BatchAttentionPlan::plan_fa2(const BatchAttentionShape& sha
 void BatchAttentionPlan::run_ragged(const void* q, const void* k, const void* v, void* o, float* lse_log2,
                                   cudaStream_t stream) const {
   if (backend_ == AttentionBackend::sm90) return run_ragged_sm90(q, k, v, o, lse_log2, stream);
-  if (backend_ != AttentionBackend::fa2) throw std::invalid_argument("FlashInfer's decode backend takes pages only");
+  if (backend_ != AttentionBackend::fa2)
+    throw std::invalid_argument("FlashInfer's decode backend takes pages only");
   run_ragged_fa2(q, k, v, o, lse_log2, stream);
 }
 
 void BatchAttentionPlan::run_paged(const void* q, const void* k_pages, const void* v_pages, void* o, float* lse_log2,
                                    cudaStream_t stream) const {
   if (backend_ == AttentionBackend::decode) return run_paged_decode(q, k_pages, v_pages, o, lse_log2, stream);
-  if (backend_ != AttentionBackend::fa2) throw std::invalid_argument("FlashInfer's SM90 backend takes ragged keys only");
+  if (backend_ != AttentionBackend::fa2)
+    throw std::invalid_argument("FlashInfer's SM90 backend takes ragged keys only");
   run_paged_fa2(q, k_pages, v_pages, o, lse_log2, stream);
 }
 

@@ -452,6 +452,19 @@ std::string ours_unsupported(const Case& c) {
   return kernels::decode_unsupported(kv, {s.heads, s.q_len, s.context});
 }
 
+// A FlashInfer decode peer: its kernel family, what it is, and the cases it cannot take.
+Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend backend, const char* what,
+                     std::string (*unsupported)(const DecodeCase&)) {
+  return {name, Role::peer,
+          "FlashInfer " + std::string(baselines::flashinfer::version()) + " " + what +
+              ", host plan apart (metric plan_us)",
+          [unsupported](const Case& c) { return unsupported(DecodeCase(c)); },
+          [backend](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+            return std::make_unique<FlashInferDecode>(as_decode(p), backend, s);
+          },
+          "pages"};
+}
+
 Impl ours_impl(const char* name, kernels::DecodeVariant variant, const char* note) {
   return {name, Role::ours, note, ours_unsupported,
           [variant](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
@@ -527,34 +540,18 @@ void register_attention_decode(Registry& registry) {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
                       },
                       "pages"});
-  op.impls.push_back({"flashinfer", Role::peer,
-                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
-                          " tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, "
-                          "mma.sync), host plan apart (metric plan_us)",
-                      [](const Case& c) {
-                        const DecodeCase s(c);
-                        return baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads,
-                                                                                s.dtype, true);
-                      },
-                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<FlashInferDecode>(as_decode(p),
-                                                                  baselines::flashinfer::AttentionBackend::fa2, s);
-                      },
-                      "pages"});
-  op.impls.push_back({"flashinfer_simt", Role::peer,
-                      "FlashInfer " + std::string(baselines::flashinfer::version()) +
-                          " CUDA-core decode (its default path): BatchDecodeWithPagedKVCache, split-KV over the "
-                          "pages, host plan apart (metric plan_us)",
-                      [](const Case& c) {
-                        const DecodeCase s(c);
-                        return baselines::flashinfer::batch_decode_unsupported(s.head_dim, s.heads, s.kv_heads,
-                                                                               s.q_len, s.dtype);
-                      },
-                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<FlashInferDecode>(as_decode(p),
-                                                                  baselines::flashinfer::AttentionBackend::decode, s);
-                      },
-                      "pages"});
+  op.impls.push_back(flashinfer_impl(
+      "flashinfer", baselines::flashinfer::AttentionBackend::fa2,
+      "tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, mma.sync)",
+      [](const DecodeCase& s) {
+        return baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads, s.dtype, true);
+      }));
+  op.impls.push_back(flashinfer_impl(
+      "flashinfer_simt", baselines::flashinfer::AttentionBackend::decode,
+      "CUDA-core decode (its default path): BatchDecodeWithPagedKVCache, split-KV over the pages",
+      [](const DecodeCase& s) {
+        return baselines::flashinfer::batch_decode_unsupported(s.head_dim, s.heads, s.kv_heads, s.q_len, s.dtype);
+      }));
   // Our ladder, each rung adding one thing to the one before.
   op.impls.push_back(ours_impl("ours_simt", kernels::DecodeVariant::simt,
                                "fused split-KV over the pages, GQA group per block, fp32 CUDA-core math, in-kernel LSE "

@@ -90,6 +90,7 @@ TEST_P(DecodeGpu, FlashInferPeersMatchTheReference) {
   auto [s, dt] = GetParam();
   Case c = decode_case(s, dt);
   for (const char* name : {"flashinfer", "flashinfer_simt"}) {
+    if (left_out_under_racecheck(c.op, name)) continue;
     const Impl* impl = builtin_registry().find(c.op)->find_impl(name);
     ASSERT_NE(impl, nullptr) << name;
     ASSERT_EQ(impl->role, Role::peer) << name;
