@@ -449,6 +449,12 @@ Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend b
                                                                                s.dtype, false);
             if (why.empty() && backend == baselines::flashinfer::AttentionBackend::sm90)
               why = kernels::sm90::sm90a_unsupported(baselines::flashinfer::sm90_build_probe());
+            // Measured on the H100: its LSE misses the fp32-sized bound by up to 48x (bf16, 6 of 16
+            // test shapes; its O passes): it multiplies q by scale·log2e in the input dtype before Q·Kᵀ.
+            // Refused until the check can name a peer's own roundings (docs/NOTES.md, session 11).
+            if (why.empty() && backend == baselines::flashinfer::AttentionBackend::fa2)
+              why = "its LSE rounds q·scale to the input dtype before Q·Kᵀ and misses the LSE's fp32-sized "
+                    "tolerance (up to 48x on the H100); the check cannot yet name a peer's own roundings";
             return why;
           },
           [backend](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
