@@ -23,16 +23,17 @@ inline std::string sanitize_mode() {
 }
 inline bool timings_are_meaningful() { return sanitize_mode().empty(); }
 inline bool small_shapes_only() { return sanitize_mode() == "small"; }
-// Under racecheck ("small"), implementations whose work is a library's (attention's cuBLAS, cuDNN and
-// FlashInfer paths; the GEMM ops' cuBLASLt) are left out, with a note: racecheck checks our kernels, and
-// compute-sanitizer 2025.3 with a kernel filter stops with an internal error on cuBLAS's nvjet
-// kernels (docs/checks.md).
-inline bool left_out_under_racecheck(const std::string& op, const std::string& impl) {
-  if (!small_shapes_only()) return false;
-  if (impl == "cublaslt") return true;  // the GEMM ops' baseline: cuBLASLt's nvjet kernels
-  if (op.rfind("attention_", 0) != 0) return false;
-  return impl == "gather_cublas" || impl == "unfused" || impl.rfind("cudnn", 0) == 0 ||
-         impl.rfind("flashinfer", 0) == 0;
+// Under either tool, implementations that are a library's kernels alone (cuBLASLt, cuDNN, FlashInfer)
+// are left out, with a note: the tools check our kernels (sanitize.sh's filter), a library's run
+// uninstrumented, and their outputs are checked by the plain GPU run. (Under memcheck's serialization
+// FlashInfer's SM90 prefill wrote one wrong row of a ragged causal head_dim-64 case in 3 runs, never
+// in a plain run: baselines/flashinfer/NOTES.md.) Under racecheck ("small") attention's cuBLAS paths
+// (gather_cublas, unfused) go too: compute-sanitizer 2025.3 with a kernel filter stops with an
+// internal error on cuBLAS's nvjet kernels (docs/checks.md).
+inline bool left_out_under_sanitizer(const std::string& op, const std::string& impl) {
+  if (sanitize_mode().empty()) return false;
+  if (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0) return true;
+  return small_shapes_only() && op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused");
 }
 
 // A parametrized grid: the small shapes, then (unless small_shapes_only()) the large ones.

@@ -62,7 +62,7 @@ TEST_P(DecodeGpu, OursAndGatherCublasMatchTheReference) {
   auto [s, dt] = GetParam();
   Case c = decode_case(s, dt);
   for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage", "ours_v3", "gather_cublas"}) {
-    if (left_out_under_racecheck(c.op, impl)) continue;
+    if (left_out_under_sanitizer(c.op, impl)) continue;
     CheckResult r = run_and_check(c, impl);
     EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
   }
@@ -71,7 +71,7 @@ TEST_P(DecodeGpu, OursAndGatherCublasMatchTheReference) {
 TEST_P(DecodeGpu, CudnnMatchesOrRefusesClearly) {
   auto [s, dt] = GetParam();
   Case c = decode_case(s, dt);
-  if (left_out_under_racecheck(c.op, "cudnn")) GTEST_SKIP() << "cuDNN's kernels: not racecheck's";
+  if (left_out_under_sanitizer(c.op, "cudnn")) GTEST_SKIP() << "cuDNN's kernels: checked by the plain GPU run";
   for (const char* impl : {"cudnn", "cudnn_paged"}) {
     try {
       CheckResult r = run_and_check(c, impl);
@@ -90,7 +90,7 @@ TEST_P(DecodeGpu, FlashInferPeersMatchTheReference) {
   auto [s, dt] = GetParam();
   Case c = decode_case(s, dt);
   for (const char* name : {"flashinfer", "flashinfer_simt"}) {
-    if (left_out_under_racecheck(c.op, name)) continue;
+    if (left_out_under_sanitizer(c.op, name)) continue;
     const Impl* impl = builtin_registry().find(c.op)->find_impl(name);
     ASSERT_NE(impl, nullptr) << name;
     ASSERT_EQ(impl->role, Role::peer) << name;
@@ -187,7 +187,7 @@ TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
     Case c = decode_case({4, 3000, "ragged", 1, 64, 8, page_size}, DType::bf16);
     c.params.set("page_order", std::string("sequential"));
     for (const char* impl : {"ours_v3", "gather_cublas"}) {
-      if (left_out_under_racecheck(c.op, impl)) continue;
+      if (left_out_under_sanitizer(c.op, impl)) continue;
       CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
     }

@@ -35,7 +35,7 @@ void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>
   for (const std::string& impl : impls) {
     const Impl* def = builtin_registry().find(c.op)->find_impl(impl);
     ASSERT_NE(def, nullptr) << impl;
-    if (left_out_under_racecheck(c.op, impl)) continue;
+    if (left_out_under_sanitizer(c.op, impl)) continue;
     if (std::string why = def->unsupported ? def->unsupported(c) : ""; !why.empty()) {
       ADD_FAILURE() << impl << " " << c.label() << ": " << why;
       continue;
