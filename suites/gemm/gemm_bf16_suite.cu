@@ -149,7 +149,7 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
                                   std::function<Metrics(const Problem&)> extra_of) {
   auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce) {
     return [args_of, extra_of, reduce](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-      return std::make_unique<CoreGemm>(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
+      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
     };
   };
   return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel), "weights"},
@@ -157,6 +157,11 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
            "ours; split-K partials summed by each tile's last split inside the GEMM kernel (an arrival counter per "
            "tile): no second launch",
            unsupported, prepare(kernels::gemm::SplitReduce::last_split), "weights"}};
+}
+
+std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
+                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream) {
+  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, stream);
 }
 
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
