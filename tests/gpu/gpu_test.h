@@ -29,7 +29,8 @@ inline bool small_shapes_only() { return sanitize_mode() == "small"; }
 // kernels (docs/checks.md).
 inline bool left_out_under_racecheck(const std::string& op, const std::string& impl) {
   if (!small_shapes_only()) return false;
-  if (impl == "cublaslt") return true;  // the GEMM ops' baseline: cuBLASLt's nvjet kernels
+  // The GEMM ops' baselines: cuBLASLt's nvjet kernels (the weight-only ops' dequant_cublaslt too).
+  if (impl == "cublaslt" || impl == "dequant_cublaslt") return true;
   if (op.rfind("attention_", 0) != 0) return false;
   return impl == "gather_cublas" || impl == "unfused" || impl.rfind("cudnn", 0) == 0 ||
          impl.rfind("flashinfer", 0) == 0;
