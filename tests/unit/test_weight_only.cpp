@@ -1,18 +1,23 @@
 // The weight-only GEMMs' host side: the packed layout (packed → unpacked is the quantized matrix bit
 // for bit; each lane's words hold its mma.sync fragments, register-ready), the GPTQ/AWQ importers, the
-// path heuristic and the refusals.
+// path heuristic and the refusals, the cost model and the shipped configs.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
 
+#include "harness/config.h"
+#include "harness/registry.h"
+#include "harness/sweep.h"
 #include "kernels/gemm/weight_only_gemm.h"
 #include "kernels/gemm/weight_only_pack.h"
 #include "kernels/gemm/weight_only_plan.h"
+#include "suites/gemm/gemm_suites.h"
 
 namespace topt {
 namespace {
@@ -214,6 +219,50 @@ TEST(WeightOnlyPlan, RefusalsNameTheReason) {
   EXPECT_NE(weight_only_unsupported(64, 256, {4, 32, false}).find("group = 32"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(64, 256, {8, 128, false}).find("per output channel"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(64, 256, {3, 256, false}).find("3-bit"), std::string::npos);
+}
+
+// The shipped configs: W4A16 group 128 on every Llama-2 layer at every token count the issue names, the
+// other formats on a few layers, W8A16 on every layer; the quick sweep parses.
+TEST(WeightOnlyConfigs, EveryLlamaLayerAtEveryTokenCount) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_w4a16.yaml", builtin_registry());
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>> swept;  // format -> layer -> M
+  for (const PlannedCase& pc : expand_sweep(cfg, builtin_registry())) {
+    const suites::GemmShape s(pc.c);
+    const std::string format = pc.c.op == "gemm_w8a16" ? "w8" : "w4/g" + std::to_string(pc.c.params.i("group")) +
+                                                                    "/" + pc.c.params.s("zero");
+    swept[format][{s.n, s.k}].insert(s.m);
+  }
+  const std::set<std::pair<int64_t, int64_t>> llama = {
+      {12288, 4096}, {4096, 4096},  {22016, 4096}, {4096, 11008}, {15360, 5120}, {5120, 5120},
+      {27648, 5120}, {5120, 13824}, {10240, 8192}, {8192, 8192},  {57344, 8192}, {8192, 28672}};
+  std::set<std::pair<int64_t, int64_t>> layers;
+  for (auto& [layer, ms] : swept["w4/g128/sym"]) {
+    layers.insert(layer);
+    EXPECT_EQ(ms, (std::set<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256})) << layer.first << "x" << layer.second;
+  }
+  EXPECT_EQ(layers, llama);
+  layers.clear();
+  for (auto& [layer, ms] : swept["w8"]) layers.insert(layer);
+  EXPECT_EQ(layers, llama);
+  for (const char* format : {"w4/g64/sym", "w4/g0/sym", "w4/g128/asym", "w4/g64/asym", "w4/g0/asym"})
+    EXPECT_FALSE(swept[format].empty()) << format;
+  const Config quick =
+      load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_w4a16_quick.yaml", builtin_registry());
+  EXPECT_EQ(expand_sweep(quick, builtin_registry()).size(), 20u);
+}
+
+// The cost: x and y, and the packed weights as the kernels read them (codes, scales, zeros).
+TEST(WeightOnlyCost, BytesAreThePackedWeightsScalesAndZeros) {
+  Case c{"gemm_w4a16", {}, DType::bf16};
+  for (auto [name, value] : std::vector<std::pair<std::string, Value>>{
+           {"m", int64_t(1)}, {"n", int64_t(4096)}, {"k", int64_t(4096)}, {"group", int64_t(128)}, {"zero", std::string("asym")}})
+    c.params.set(name, value);
+  const Cost cost = builtin_registry().find("gemm_w4a16")->cost(c);
+  EXPECT_DOUBLE_EQ(cost.bytes, 4096.0 * 2 + 4096.0 * 4096 / 2 + 32.0 * 4096 * 3 + 4096.0 * 2);
+  EXPECT_TRUE(cost.reads_only);
+  EXPECT_DOUBLE_EQ(cost.flops, 2.0 * 4096 * 4096);
+  c.params.set("group", int64_t(32));
+  EXPECT_NE(builtin_registry().find("gemm_w4a16")->invalid(c).find("group = 32"), std::string::npos);
 }
 
 }  // namespace
