@@ -16,8 +16,8 @@ namespace topt::kernels::gemm {
 namespace {
 
 constexpr int kDecodeWarps = 8;
-// Bytes of weights each lane has in flight before it computes on them: 4 int4 chunks (2 int8), i.e.
-// 2 KB a warp, 16 KB a block, 32 KB an SM at the 2 blocks of 8 warps that N ≥ 4096 gives each SM.
+// Bytes of weights a lane loads as one batch: 4 int4 chunks (2 int8). The next batch is loaded while
+// this one is computed: up to 4 KB in flight a warp, 32 KB a block of 8 warps.
 constexpr int kLanePrefetchBytes = 64;
 
 struct DecodeParams {
@@ -121,7 +121,7 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 }
 
 // Block = one strip of 16 rows of W; warp w takes chunks [w·C/8, (w + 1)·C/8) of its K. Each lane loads
-// kUnroll chunks' 16-byte shares (ld.global.nc, no L1), then per chunk loads its B fragments for the
+// kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per chunk loads its B fragments for the
 // kMTiles tiles of 8 tokens (L1/L2: x is shared by every block), dequantizes each k16 tile's A fragment
 // once and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16.
 // The warps' partial sums meet in shared memory; int8's per-channel scale multiplies the fp32 sum.
@@ -136,17 +136,25 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
-  float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
-  RowGroupParams rp{};
-  int64_t group = -1;
-  for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
-    uint4 wv[kUnroll][kLaneVecs];
+  // Lane's shares of chunks c0 .. c0 + kUnroll − 1 (zeros past the warp's range).
+  auto load_batch = [&](int64_t c0, uint4 (&wv)[kUnroll][kLaneVecs]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int v = 0; v < kLaneVecs; ++v)
         wv[u][v] = c0 + u < c_end ? load_streaming(strip_packed + (c0 + u) * 32 * kLaneVecs + v)
                                   : make_uint4(0, 0, 0, 0);
+  };
+
+  float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
+  RowGroupParams rp{};
+  int64_t group = -1;
+  uint4 wv[kUnroll][kLaneVecs];
+  load_batch(c_begin, wv);
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
+    // The next batch's loads go out before this one's math: two batches in flight per warp.
+    uint4 next[kUnroll][kLaneVecs];
+    load_batch(c0 + kUnroll, next);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u;
@@ -172,6 +180,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
         for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_m16n8k16(acc[mt], a, xb[mt][2 * j], xb[mt][2 * j + 1]);
       }
     }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = next[u][v];
   }
 
   __shared__ float partial[kDecodeWarps][kMTiles * 8][kStripN + 1];  // (warp, token, row); +1: banks
