@@ -54,12 +54,7 @@ class GemmBf16Problem : public Problem {
 
   // "weights": W's bytes read once at the GPU's read rate, which bounds every implementation where
   // the weights' read sets the time (small M).
-  std::vector<ReadBound> read_bounds() const override {
-    const void* weights = w->data;
-    void* sink_ptr = sink.get();
-    const size_t bytes = w->bytes();
-    return {{"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink_ptr, s); }}}}};
-  }
+  std::vector<ReadBound> read_bounds() const override { return {weights_read_bound(w->data, w->bytes(), sink.get())}; }
 
   kernels::gemm::GemmArgs args() const {
     kernels::gemm::GemmArgs a;
@@ -167,6 +162,10 @@ std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
                                                  cudaStream_t stream, Metrics extra, LtExtras extras) {
   return std::make_unique<CublasLtGemm>(spec, a, b, d, stream, std::move(extra), std::move(extras));
+}
+
+ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink) {
+  return {"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink, s); }}}};
 }
 
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes) {

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "harness/cuda_check.h"
+#include "harness/op.h"
 #include "harness/tensor.h"
 #include "kernels/gemm/quantize.h"
 
@@ -117,5 +118,23 @@ inline double quantized_product_error(const RowsProduct& exact, const RowsProduc
   }
   return norm > 0 ? std::sqrt(diff / norm) : 0.0;
 }
+
+// A GEMM problem whose reference is its own `product(out, rows, stream)` (the quantized GEMMs: x and W
+// through their dequantizing loaders) over all of y [shape.m, shape.n]: in double for the CPU path,
+// into the fp32 tensor for the GPU path.
+template <class Derived>
+class ProductReferenceProblem : public Problem {
+ public:
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
+    const Derived& d = static_cast<const Derived&>(*this);
+    OwnedTensor ref(DType::f64, {d.shape.m, d.shape.n}, "gemm reference");
+    d.product(ref->template as<double>(), d.shape.m, stream);
+    return {to_host_f64(*ref, stream)};
+  }
+  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
+    const Derived& d = static_cast<const Derived&>(*this);
+    d.product(out[0].as<float>(), d.shape.m, stream);
+  }
+};
 
 }  // namespace topt::suites

@@ -36,6 +36,10 @@ struct GemmShape {
 // weights' read is the traffic).
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes);
 
+// The ReadBound "weights" of the GEMM ops: the `bytes` at `weights` (what an implementation must read
+// of W, as it is laid out) read once at the GPU's read rate, into `sink` (16 bytes).
+ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink);
+
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 // The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound

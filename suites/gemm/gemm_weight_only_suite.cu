@@ -64,7 +64,7 @@ struct WeightOnlyLoader {
   }
 };
 
-class WeightOnlyProblem : public Problem {
+class WeightOnlyProblem : public ProductReferenceProblem<WeightOnlyProblem> {
  public:
   WeightOnlyProblem(const Case& c, uint64_t seed, cudaStream_t stream)
       : shape(c),
@@ -86,7 +86,7 @@ class WeightOnlyProblem : public Problem {
           gemm_reference(x_loader(), Bf16Loader{w->as<__nv_bfloat16>(), shape.k}, out, rows, shape.n, shape.k,
                          stream);
         },
-        [&](double* out, int64_t rows) { quantized_reference(out, rows, stream); }, shape.m, shape.n, stream);
+        [&](double* out, int64_t rows) { product(out, rows, stream); }, shape.m, shape.n, stream);
   }
 
   std::vector<Tensor> outputs() const override { return {*y}; }
@@ -96,21 +96,9 @@ class WeightOnlyProblem : public Problem {
   std::vector<OutputSpec> output_specs() const override {
     return {{"y", {"row", "col"}, {DType::bf16, 1, 1, shape.k + 1}}};
   }
-  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
-    OwnedTensor ref(DType::f64, {shape.m, shape.n}, "gemm reference");
-    quantized_reference(ref->as<double>(), shape.m, stream);
-    return {to_host_f64(*ref, stream)};
-  }
-  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    quantized_reference(out[0].as<float>(), shape.m, stream);
-  }
-
-  // "weights": the packed codes, scales and zeros, one buffer read once at the GPU's read rate.
+  // "weights": the packed codes, scales and zeros, one buffer.
   std::vector<ReadBound> read_bounds() const override {
-    const void* weights = blob.get();
-    void* sink_ptr = sink.get();
-    const size_t bytes = blob.bytes();
-    return {{"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink_ptr, s); }}}}};
+    return {weights_read_bound(blob.get(), blob.bytes(), sink.get())};
   }
 
   kernels::gemm::WeightOnlyGemmArgs args() const {
@@ -129,7 +117,7 @@ class WeightOnlyProblem : public Problem {
   Bf16Loader x_loader() const { return {x->as<__nv_bfloat16>(), shape.k}; }
   // The product of x and the dequantized codes over the first `rows` rows of y.
   template <class Out>
-  void quantized_reference(Out* out, int64_t rows, cudaStream_t stream) const {
+  void product(Out* out, int64_t rows, cudaStream_t stream) const {
     const WeightOnlyLoader wq{codes.as<uint8_t>(), static_cast<const __nv_bfloat16*>(scales()), zeros(), shape.n,
                               shape.k, std::min(format.group, shape.k), format.bits};
     gemm_reference(x_loader(), wq, out, rows, shape.n, shape.k, stream);
@@ -263,7 +251,7 @@ std::unique_ptr<Instance> prepare_unquantized_cublaslt(const WeightOnlyProblem& 
   auto offset = std::make_shared<DeviceBuffer>(size_t(count) * 4, "quantized − unquantized reference");
   {
     DeviceBuffer unquantized(size_t(count) * 4, "unquantized reference");
-    p.quantized_reference(offset->as<float>(), p.shape.m, stream);
+    p.product(offset->as<float>(), p.shape.m, stream);
     gemm_reference(p.x_loader(), Bf16Loader{p.w->as<__nv_bfloat16>(), p.shape.k}, unquantized.as<float>(),
                    p.shape.m, p.shape.n, p.shape.k, stream);
     offset_kernel<<<unsigned((count + 255) / 256), 256, 0, stream>>>(offset->as<float>(), unquantized.as<float>(),
