@@ -15,7 +15,6 @@ namespace topt::kernels::gemm {
 
 namespace {
 
-constexpr int kDecodeWarps = 8;
 // Bytes of weights a lane loads as one batch: 4 int4 chunks (2 int8). The next batch is loaded while
 // this one is computed: up to 4 KB in flight a warp, 32 KB a block of 8 warps.
 constexpr int kLanePrefetchBytes = 64;
@@ -26,19 +25,31 @@ struct DecodeParams {
   const __nv_bfloat16* scales;
   const uint8_t* zeros;
   __nv_bfloat16* out;
+  float* partials;  // splits > 1: fp32 [splits, M, N]
   int64_t m, n, k, chunks;
   int64_t group_chunks;  // chunks per scale group
+  int strips_per_block, splits;
 };
 
-DecodeParams decode_params(const WeightOnlyGemmArgs& a) {
+DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePlan& plan = kStripPerBlockPlan,
+                           void* workspace = nullptr) {
   const WeightShape shape{a.n, a.k};
   const int64_t chunks = shape.chunks();
-  const int64_t group_chunks = a.format.group >= a.k ? chunks : a.format.group / kChunkK;
-  return {static_cast<const __nv_bfloat16*>(a.x),      static_cast<const uint4*>(a.packed),
-          static_cast<const __nv_bfloat16*>(a.scales), a.zeros,
-          static_cast<__nv_bfloat16*>(a.out),          a.m,
-          a.n,                                         a.k,
-          chunks,                                      group_chunks};
+  DecodeParams p;
+  p.x = static_cast<const __nv_bfloat16*>(a.x);
+  p.packed = static_cast<const uint4*>(a.packed);
+  p.scales = static_cast<const __nv_bfloat16*>(a.scales);
+  p.zeros = a.zeros;
+  p.out = static_cast<__nv_bfloat16*>(a.out);
+  p.partials = static_cast<float*>(workspace);
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.chunks = chunks;
+  p.group_chunks = a.format.group >= a.k ? chunks : a.format.group / kChunkK;
+  p.strips_per_block = plan.strips_per_block;
+  p.splits = plan.splits;
+  return p;
 }
 
 __device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
@@ -120,19 +131,28 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
   xb[4] = hi.x, xb[5] = hi.y, xb[6] = hi.z, xb[7] = hi.w;
 }
 
-// Block = one strip of 16 rows of W; warp w takes chunks [w·C/8, (w + 1)·C/8) of its K. Each lane loads
-// kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per chunk loads its B fragments for the
-// kMTiles tiles of 8 tokens (L1/L2: x is shared by every block), dequantizes each k16 tile's A fragment
-// once and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16.
-// The warps' partial sums meet in shared memory; int8's per-channel scale multiplies the fp32 sum.
+// Block = strips_per_block strips × (8 / strips_per_block) warps per strip, on K split `blockIdx.y` of
+// `splits`: warp w owns strip w % strips_per_block and the (w / strips_per_block)-th part of the split's
+// chunks. Each lane loads kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per
+// chunk loads its B fragments for the kMTiles tiles of 8 tokens (through L1: the block's warps of other
+// strips read the same x at the same time), dequantizes each k16 tile's A fragment once and issues
+// kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16. The warps of a
+// strip sum in shared memory; one split writes y (int8: times the channel's scale, in fp32), several
+// write fp32 partials that weight_only_split_reduce_kernel sums.
 template <int kBits, int kMTiles>
 __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(const DecodeParams p) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
   constexpr int kUnroll = kLanePrefetchBytes / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t strip = blockIdx.x;
-  const int64_t c_begin = p.chunks * warp / kDecodeWarps, c_end = p.chunks * (warp + 1) / kDecodeWarps;
+  const int strips_per_block = p.strips_per_block, slices = kDecodeWarps / strips_per_block;
+  const int64_t strip = int64_t(blockIdx.x) * strips_per_block + warp % strips_per_block;
+  const int slice = warp / strips_per_block;
+  const int64_t split_begin = p.chunks * blockIdx.y / p.splits, split_end = p.chunks * (blockIdx.y + 1) / p.splits;
+  const int64_t c_begin = split_begin + (split_end - split_begin) * slice / slices;
+  // A strip past N (the last block's) streams nothing but still meets the others at the barrier.
+  const int64_t c_end = strip * kStripN < p.n ? split_begin + (split_end - split_begin) * (slice + 1) / slices
+                                              : c_begin;
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
@@ -192,16 +212,31 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
 #pragma unroll
     for (int i = 0; i < 4; ++i) partial[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
   __syncthreads();
-  for (int i = threadIdx.x; i < kMTiles * 8 * kStripN; i += blockDim.x) {
-    const int token = i / kStripN, r = i % kStripN;
-    const int64_t col = strip * kStripN + r;
+  constexpr int kStripOutputs = kMTiles * 8 * kStripN;  // (token, row) of one strip
+  for (int i = threadIdx.x; i < strips_per_block * kStripOutputs; i += blockDim.x) {
+    const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
+    const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
     if (token >= p.m || col >= p.n) continue;
     float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) sum += partial[w][token][r];
+    for (int s = 0; s < slices; ++s) sum += partial[s * strips_per_block + local_strip][token][r];
+    if (p.splits > 1) {
+      p.partials[(int64_t(blockIdx.y) * p.m + token) * p.n + col] = sum;
+      continue;
+    }
     if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[col]);
     p.out[token * p.n + col] = __float2bfloat16_rn(sum);
   }
+}
+
+// y = the splits' partials summed (int8: times the channel's scale), an output element per thread.
+template <int kBits>
+__global__ void weight_only_split_reduce_kernel(const DecodeParams p) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= p.m * p.n) return;
+  float sum = 0.f;
+  for (int s = 0; s < p.splits; ++s) sum += p.partials[s * p.m * p.n + i];
+  if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[i % p.n]);
+  p.out[i] = __float2bfloat16_rn(sum);
 }
 
 // One thread per (strip, chunk, lane, tile): the tile's fragment as the decode kernel makes it (int8
@@ -275,12 +310,16 @@ unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
 template <int kBits>
 void launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const unsigned grid = unsigned(WeightShape{p.n, p.k}.strips());
+  const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
+                  unsigned(p.splits));
   const int tiles = int((p.m + 7) / 8);
   if (tiles <= 1) weight_only_decode_kernel<kBits, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
   else if (tiles <= 2) weight_only_decode_kernel<kBits, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
   else if (tiles <= 4) weight_only_decode_kernel<kBits, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
   else weight_only_decode_kernel<kBits, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  if (p.splits == 1) return;
+  weight_only_split_reduce_kernel<kBits><<<blocks_for(p.m * p.n), 256, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -326,8 +365,13 @@ void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_
   CUDA_CHECK_LAUNCH();
 }
 
-void run_weight_only_decode(const WeightOnlyGemmArgs& args, cudaStream_t stream) {
-  const DecodeParams p = decode_params(args);
+size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan) {
+  return plan.splits > 1 ? size_t(plan.splits) * size_t(args.m * args.n) * sizeof(float) : 0;
+}
+
+void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
+                            cudaStream_t stream) {
+  const DecodeParams p = decode_params(args, plan, workspace);
   if (args.format.bits == 4) launch_decode<4>(p, stream);
   else launch_decode<8>(p, stream);
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/gemm/weight_only_layout.h"
+#include "kernels/gemm/weight_only_plan.h"
 
 namespace topt::kernels::gemm {
 
@@ -40,8 +41,10 @@ void pack_weight_only(const uint8_t* codes, const WeightShape& shape, int bits, 
 // The whole dequantized W [N, K] bf16 from the packed layout, each element rounded to bf16 once, as the
 // decode kernel's registers hold it (args.x and args.out unused).
 void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_t stream);
-// The decode GEMM: one block of 8 warps per strip of 16 rows of W, the warps splitting K; M ≤
-// kWeightOnlyDecodeMaxM.
-void run_weight_only_decode(const WeightOnlyGemmArgs& args, cudaStream_t stream);
+// The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h); `workspace`
+// holds weight_only_decode_workspace_bytes (the split partials), null where that is 0.
+size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan);
+void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
+                            cudaStream_t stream);
 
 }  // namespace topt::kernels::gemm

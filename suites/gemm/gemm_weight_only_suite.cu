@@ -186,16 +186,26 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens; above, W dequantized to bf16 and the
-// core's bf16 GEMM (choose_weight_only_path), timed together.
-std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream) {
+// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, spread by `plan_of` (M, N, K, SMs);
+// above, W dequantized to bf16 and the core's bf16 GEMM (choose_weight_only_path), timed together.
+using DecodePlanner = kernels::gemm::WeightOnlyDecodePlan (*)(int64_t m, int64_t n, int64_t k, int sms);
+std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner plan_of, cudaStream_t stream) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
   const WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m);
   inst->extra = p.metrics();
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
   if (path == WeightOnlyPath::decode) {
-    inst->step = [args](cudaStream_t s) { kernels::gemm::run_weight_only_decode(args, s); };
+    const auto plan = plan_of(p.shape.m, p.shape.n, p.shape.k, current_device_sm_count());
+    auto workspace = std::make_shared<DeviceBuffer>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan),
+                                                    "decode split-K partials");
+    inst->buffers = {workspace};
+    inst->extra.insert(inst->extra.end(), {{"plan_strips_per_block", plan.strips_per_block},
+                                           {"plan_splits", plan.splits},
+                                           {"plan_grid", double(plan.blocks(p.shape.n))}});
+    inst->step = [args, plan, workspace](cudaStream_t s) {
+      kernels::gemm::run_weight_only_decode(args, plan, workspace->get(), s);
+    };
     return inst;
   }
   auto w_dq = dequantized_weights(p);
@@ -210,6 +220,10 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t 
   core.k = p.shape.k;
   inst->inner = core_gemm_instance(core, {}, kernels::gemm::SplitReduce::kernel, stream);
   return inst;
+}
+
+kernels::gemm::WeightOnlyDecodePlan strip_per_block_plan(int64_t, int64_t, int64_t, int) {
+  return kernels::gemm::kStripPerBlockPlan;
 }
 
 // dequant_cublaslt: the dequantize kernel into a bf16 W, then cuBLASLt on it, timed together. W is
@@ -317,10 +331,22 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "the dequantize kernel (packed W to bf16, timed) then cuBLASLt bf16 TN (fastest of 8)", nullptr,
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
-       "M <= 64: packed W streamed (ld.global.nc, 2 KB a warp in flight), dequantized in registers, mma.sync "
-       "m16n8k16 with the tokens as n8, one block per 16 rows, warps split K; M > 64: dequantize then the sm90 "
+       "M <= 64: packed W streamed (ld.global.nc, a batch ahead), dequantized in registers, mma.sync m16n8k16 "
+       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; M > 64: dequantize then the sm90 "
        "core",
-       nullptr, prepare(prepare_ours), "weights"},
+       nullptr,
+       [](const Problem& p, const Case&, cudaStream_t s) {
+         return prepare_ours(as_weight_only(p), strip_per_block_plan, s);
+       },
+       "weights"},
+      {"ours_v2", Role::ours,
+       "ours; up to 8 strips a block (warps of different strips share x through L1) and K split across blocks "
+       "to fill the SMs, partials summed by a second kernel (plan_weight_only_decode: least L2 traffic)",
+       nullptr,
+       [](const Problem& p, const Case&, cudaStream_t s) {
+         return prepare_ours(as_weight_only(p), kernels::gemm::plan_weight_only_decode, s);
+       },
+       "weights"},
   };
   return op;
 }

@@ -239,11 +239,13 @@ Case weight_only_case(const GemmCase& g, const WeightOnlyFormat& f) {
 }
 
 // M = 1, 3 (one n8 tile), 17 (three of four tiles), 64 (the decode kernel's widest) and 130 (dequantize +
-// the core); N off the 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8).
+// the core); N off the 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8). 40×1032:
+// ours_v2 puts the 3 strips in one block of 4 (one warp-strip past N) and splits K 4 ways.
 std::vector<GemmCase> weight_only_cases() {
   std::vector<GemmCase> small, large;
   for (int64_t m : {1, 3, 17, 64, 130}) {
     small.push_back({m, 40, 200});
+    small.push_back({m, 40, 1032});
     large.push_back({m, 1000, 1032});
   }
   large.push_back({1, 4096, 4096});
@@ -270,7 +272,7 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   const auto& [shape, format] = GetParam();
   const Case c = weight_only_case(shape, format);
   ASSERT_EQ(builtin_registry().find(c.op)->invalid(c), "");
-  expect_impls_pass(*this, c, {"cublaslt", "dequant_cublaslt", "ours"},
+  expect_impls_pass(*this, c, {"cublaslt", "dequant_cublaslt", "ours", "ours_v2"},
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
@@ -318,6 +320,16 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
   EXPECT_LT(int4, 0.2);
   EXPECT_GT(int8, 1e-4);
   EXPECT_LT(int8, 0.02);
+}
+
+// ours_v2's plan on the small test shape: several strips a block and K split (the partials' path).
+TEST_F(GpuTest, WeightOnlyV2SplitsKOnTheTestShape) {
+  const Case c = weight_only_case({1, 40, 1032}, {"w4", 128, "sym"});
+  const OpDef* def = builtin_registry().find(c.op);
+  auto problem = def->make_problem(c, 7, stream);
+  auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
+  EXPECT_EQ(metric_of(*inst, "plan_strips_per_block"), 4);
+  EXPECT_EQ(metric_of(*inst, "plan_splits"), 4);
 }
 
 // ours runs the decode kernel up to 64 tokens and hands larger M to the core (choose_weight_only_path).
