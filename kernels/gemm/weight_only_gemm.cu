@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
 
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
   RowGroupParams rp{};
-  int64_t group = -1;
+  int64_t group_end = c_begin;  // the chunk where rp's scale group ends (a division per group, not per chunk)
   uint4 wv[kUnroll][kLaneVecs];
   load_batch(c_begin, wv);
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
@@ -180,8 +180,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
       const int64_t c = c0 + u;
       if (c >= c_end) break;
       if constexpr (kBits == 4) {
-        if (c / p.group_chunks != group) {
-          group = c / p.group_chunks;
+        if (c >= group_end) {
+          const int64_t group = c / p.group_chunks;
+          group_end = (group + 1) * p.group_chunks;
           rp = row_group_params(p, group, row0);
         }
       }
