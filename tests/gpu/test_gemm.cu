@@ -3,8 +3,12 @@
 // N odd (no paired stores), K off the stage. gemm_bf16, gemm_fp8 (tensor and block scales), gemm_int8,
 // and the weight-only gemm_w4a16 / gemm_w8a16 (every group size, symmetric and asymmetric). Skips
 // without a GPU.
+#include <cuda_bf16.h>
+
+#include <algorithm>
 #include <functional>
 #include <iostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -320,6 +324,63 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
   EXPECT_LT(int4, 0.2);
   EXPECT_GT(int8, 1e-4);
   EXPECT_LT(int8, 0.02);
+}
+
+// A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (both plans) to
+// x · ((code − zero) · scale)ᵀ computed here in double: the importer feeds the kernel as the op does.
+TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
+  using namespace kernels::gemm;
+  const int64_t m = 3, n = 48, k = 256, group = 128, groups = k / group;
+  std::mt19937 rng(17);
+  std::vector<int32_t> qweight(size_t(k / 8 * n)), qzeros(size_t(groups * n / 8));
+  for (auto& w : qweight) w = int32_t(rng());
+  for (auto& z : qzeros) z = int32_t(rng());
+  std::vector<uint16_t> scales_fp16(size_t(groups * n));
+  for (auto& s : scales_fp16) s = uint16_t(0x2000 + rng() % 0x1000);
+  const QuantizedWeight w = import_gptq(qweight, qzeros, scales_fp16, n, k, group);
+  ASSERT_TRUE(w.format.asymmetric);
+
+  const std::vector<uint32_t> packed = pack_weights(w.codes, w.shape, 4);
+  std::vector<__nv_bfloat16> x(size_t(m * k));
+  for (auto& v : x) v = __float2bfloat16_rn(float(int(rng() % 2001) - 1000) / 1000.f);
+  DeviceBuffer d_x(x.size() * 2, "x"), d_packed(packed.size() * 4, "packed"), d_scales(w.scales.size() * 2, "scales"),
+      d_zeros(w.zeros.size(), "zeros");
+  OwnedTensor y(DType::bf16, {m, n}, "y");
+  CUDA_CHECK(cudaMemcpyAsync(d_x.get(), x.data(), d_x.bytes(), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(d_packed.get(), packed.data(), d_packed.bytes(), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(d_scales.get(), w.scales.data(), d_scales.bytes(), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(d_zeros.get(), w.zeros.data(), d_zeros.bytes(), cudaMemcpyHostToDevice, stream));
+
+  std::vector<double> ref(size_t(m * n), 0.0);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const size_t g = size_t(kk / group * n + c);
+        __nv_bfloat16_raw scale_bits;
+        scale_bits.x = w.scales[g];
+        const double weight = (double(w.codes[size_t(c * k + kk)]) - double(w.zeros[g])) *
+                              double(__bfloat162float(__nv_bfloat16(scale_bits)));
+        ref[size_t(r * n + c)] += double(__bfloat162float(x[size_t(r * k + kk)])) * weight;
+      }
+
+  WeightOnlyGemmArgs args;
+  args.x = d_x.get();
+  args.packed = d_packed.get();
+  args.scales = d_scales.get();
+  args.zeros = d_zeros.as<uint8_t>();
+  args.out = y->data;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.format = w.format;
+  for (const WeightOnlyDecodePlan plan : {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}}) {
+    DeviceBuffer workspace(std::max<size_t>(weight_only_decode_workspace_bytes(args, plan), 16), "partials");
+    poison_nan(*y, stream);
+    run_weight_only_decode(args, plan, workspace.get(), stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const CheckResult r = compare_host(to_host_f64(*y, stream), ref, {DType::bf16, 1, 1, k + 1}, n);
+    EXPECT_TRUE(r.passes()) << plan.describe() << ": " << r.describe();
+  }
 }
 
 // ours_v2's plan on the small test shape: several strips a block and K split (the partials' path).
