@@ -26,6 +26,7 @@ struct DecodeParams {
   const uint8_t* zeros;
   __nv_bfloat16* out;
   float* partials;  // splits > 1: fp32 [splits, M, N]
+  int* arrivals;    // splits > 1: splits finished per block column (blockIdx.x), zero between launches
   int64_t m, n, k, chunks;
   int64_t group_chunks;  // chunks per scale group
   int strips_per_block, splits;
@@ -42,6 +43,7 @@ DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePl
   p.zeros = a.zeros;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.partials = static_cast<float*>(workspace);
+  p.arrivals = reinterpret_cast<int*>(p.partials + (plan.splits > 1 ? plan.splits * a.m * a.n : 0));
   p.m = a.m;
   p.n = a.n;
   p.k = a.k;
@@ -138,7 +140,7 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 // strips read the same x at the same time), dequantizes each k16 tile's A fragment once and issues
 // kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16. The warps of a
 // strip sum in shared memory; one split writes y (int8: times the channel's scale, in fp32), several
-// write fp32 partials that weight_only_split_reduce_kernel sums.
+// write fp32 partials that the last of them to finish sums.
 template <int kBits, int kMTiles>
 __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(const DecodeParams p) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
@@ -214,30 +216,41 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
     for (int i = 0; i < 4; ++i) partial[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
   __syncthreads();
   constexpr int kStripOutputs = kMTiles * 8 * kStripN;  // (token, row) of one strip
+  auto store = [&](int token, int64_t col, float sum) {
+    if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[col]);
+    p.out[token * p.n + col] = __float2bfloat16_rn(sum);
+  };
   for (int i = threadIdx.x; i < strips_per_block * kStripOutputs; i += blockDim.x) {
     const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
     const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
     if (token >= p.m || col >= p.n) continue;
     float sum = 0.f;
     for (int s = 0; s < slices; ++s) sum += partial[s * strips_per_block + local_strip][token][r];
-    if (p.splits > 1) {
-      p.partials[(int64_t(blockIdx.y) * p.m + token) * p.n + col] = sum;
-      continue;
-    }
-    if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[col]);
-    p.out[token * p.n + col] = __float2bfloat16_rn(sum);
+    if (p.splits > 1) p.partials[(int64_t(blockIdx.y) * p.m + token) * p.n + col] = sum;
+    else store(token, col, sum);
   }
-}
+  if (p.splits == 1) return;
 
-// y = the splits' partials summed (int8: times the channel's scale), an output element per thread.
-template <int kBits>
-__global__ void weight_only_split_reduce_kernel(const DecodeParams p) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= p.m * p.n) return;
-  float sum = 0.f;
-  for (int s = 0; s < p.splits; ++s) sum += p.partials[s * p.m * p.n + i];
-  if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[i % p.n]);
-  p.out[i] = __float2bfloat16_rn(sum);
+  // The last split of these strips to arrive sums every split's partials (no second launch); it resets
+  // the counter, which no other split of this launch reads again, for the next launch.
+  __shared__ bool is_last;
+  __threadfence();  // this block's partials visible to the GPU before its arrival counts
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(&p.arrivals[blockIdx.x], 1) == p.splits - 1;
+    if (is_last) p.arrivals[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < strips_per_block * kStripOutputs; i += blockDim.x) {
+    const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
+    const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
+    if (token >= p.m || col >= p.n) continue;
+    float sum = 0.f;
+    for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + (int64_t(s) * p.m + token) * p.n + col);  // L2
+    store(token, col, sum);
+  }
 }
 
 // One thread per (strip, chunk, lane, tile): the tile's fragment as the decode kernel makes it (int8
@@ -319,9 +332,6 @@ void launch_decode(const DecodeParams& p, cudaStream_t stream) {
   else if (tiles <= 4) weight_only_decode_kernel<kBits, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
   else weight_only_decode_kernel<kBits, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
-  if (p.splits == 1) return;
-  weight_only_split_reduce_kernel<kBits><<<blocks_for(p.m * p.n), 256, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -367,7 +377,15 @@ void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_
 }
 
 size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan) {
-  return plan.splits > 1 ? size_t(plan.splits) * size_t(args.m * args.n) * sizeof(float) : 0;
+  if (plan.splits == 1) return 0;
+  const int64_t block_columns = (WeightShape{args.n, args.k}.strips() + plan.strips_per_block - 1) / plan.strips_per_block;
+  return size_t(plan.splits) * size_t(args.m * args.n) * sizeof(float) + size_t(block_columns) * sizeof(int);
+}
+
+void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan,
+                                       void* workspace, cudaStream_t stream) {
+  if (const size_t bytes = weight_only_decode_workspace_bytes(args, plan))
+    CUDA_CHECK(cudaMemsetAsync(workspace, 0, bytes, stream));
 }
 
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,

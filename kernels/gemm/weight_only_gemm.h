@@ -42,8 +42,12 @@ void pack_weight_only(const uint8_t* codes, const WeightShape& shape, int bits, 
 // decode kernel's registers hold it (args.x and args.out unused).
 void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_t stream);
 // The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h); `workspace`
-// holds weight_only_decode_workspace_bytes (the split partials), null where that is 0.
+// holds weight_only_decode_workspace_bytes (the split partials and an arrival counter per block
+// column), null where that is 0, zeroed once by init_weight_only_decode_workspace (the kernel leaves
+// the counters at zero).
 size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan);
+void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan,
+                                       void* workspace, cudaStream_t stream);
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream);
 

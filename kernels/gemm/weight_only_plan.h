@@ -27,7 +27,7 @@ inline const char* path_name(WeightOnlyPath p) {
 // How the decode kernel spreads W over the GPU. A block is 8 warps: `strips_per_block` strips of 16 rows
 // (each warp one strip) × 8 / strips_per_block warps splitting the block's K range; the grid is
 // ceil(strips / strips_per_block) × `splits`, each split a K range whose fp32 partials [splits, M, N]
-// a second kernel sums. The warps of a block that own different strips read the same x at the same time
+// the last split of each block column to finish sums. The warps of a block that own different strips read the same x at the same time
 // (L1 serves all but the first), so x's L2 traffic per weight byte is M / (4 · strips_per_block); the
 // partials cost 16 · splits · M / K per weight byte (written and read back).
 constexpr int kDecodeWarps = 8;

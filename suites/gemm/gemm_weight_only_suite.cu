@@ -198,7 +198,8 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner
   if (path == WeightOnlyPath::decode) {
     const auto plan = plan_of(p.shape.m, p.shape.n, p.shape.k, current_device_sm_count());
     auto workspace = std::make_shared<DeviceBuffer>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan),
-                                                    "decode split-K partials");
+                                                    "decode split-K partials and arrival counters");
+    kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
     inst->buffers = {workspace};
     inst->extra.insert(inst->extra.end(), {{"plan_strips_per_block", plan.strips_per_block},
                                            {"plan_splits", plan.splits},
@@ -341,7 +342,7 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "weights"},
       {"ours_v2", Role::ours,
        "ours; up to 8 strips a block (warps of different strips share x through L1) and K split across blocks "
-       "to fill the SMs, partials summed by a second kernel (plan_weight_only_decode: least L2 traffic)",
+       "to fill the SMs, partials summed by the last split to finish (plan_weight_only_decode: least L2 traffic)",
        nullptr,
        [](const Problem& p, const Case&, cudaStream_t s) {
          return prepare_ours(as_weight_only(p), kernels::gemm::plan_weight_only_decode, s);

@@ -326,8 +326,9 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
   EXPECT_LT(int8, 0.02);
 }
 
-// A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (both plans) to
-// x · ((code − zero) · scale)ᵀ computed here in double: the importer feeds the kernel as the op does.
+// A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (both plans, three
+// launches each: the split plan's arrival counters reset themselves) to x · ((code − zero) · scale)ᵀ
+// computed here in double: the importer feeds the kernel as the op does.
 TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   using namespace kernels::gemm;
   const int64_t m = 3, n = 48, k = 256, group = 128, groups = k / group;
@@ -375,11 +376,15 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   args.format = w.format;
   for (const WeightOnlyDecodePlan plan : {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}}) {
     DeviceBuffer workspace(std::max<size_t>(weight_only_decode_workspace_bytes(args, plan), 16), "partials");
-    poison_nan(*y, stream);
-    run_weight_only_decode(args, plan, workspace.get(), stream);
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    const CheckResult r = compare_host(to_host_f64(*y, stream), ref, {DType::bf16, 1, 1, k + 1}, n);
-    EXPECT_TRUE(r.passes()) << plan.describe() << ": " << r.describe();
+    init_weight_only_decode_workspace(args, plan, workspace.get(), stream);
+    // Three launches: the arrival counters must return to zero after each.
+    for (int launch = 0; launch < 3; ++launch) {
+      poison_nan(*y, stream);
+      run_weight_only_decode(args, plan, workspace.get(), stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const CheckResult r = compare_host(to_host_f64(*y, stream), ref, {DType::bf16, 1, 1, k + 1}, n);
+      EXPECT_TRUE(r.passes()) << plan.describe() << ", launch " << launch << ": " << r.describe();
+    }
   }
 }
 
