@@ -22,6 +22,8 @@ const Registry& builtin_registry() {
     suites::register_gemm_bf16(r);
     suites::register_gemm_fp8(r);
     suites::register_gemm_int8(r);
+    suites::register_gemm_w4a16(r);
+    suites::register_gemm_w8a16(r);
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
     suites::register_all_reduce(r);

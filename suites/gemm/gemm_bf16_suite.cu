@@ -54,12 +54,7 @@ class GemmBf16Problem : public Problem {
 
   // "weights": W's bytes read once at the GPU's read rate, which bounds every implementation where
   // the weights' read sets the time (small M).
-  std::vector<ReadBound> read_bounds() const override {
-    const void* weights = w->data;
-    void* sink_ptr = sink.get();
-    const size_t bytes = w->bytes();
-    return {{"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink_ptr, s); }}}}};
-  }
+  std::vector<ReadBound> read_bounds() const override { return {weights_read_bound(w->data, w->bytes(), sink.get())}; }
 
   kernels::gemm::GemmArgs args() const {
     kernels::gemm::GemmArgs a;
@@ -149,7 +144,7 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
                                   std::function<Metrics(const Problem&)> extra_of) {
   auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce) {
     return [args_of, extra_of, reduce](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-      return std::make_unique<CoreGemm>(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
+      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
     };
   };
   return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel), "weights"},
@@ -159,9 +154,18 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
            unsupported, prepare(kernels::gemm::SplitReduce::last_split), "weights"}};
 }
 
+std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
+                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream) {
+  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, stream);
+}
+
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
                                                  cudaStream_t stream, Metrics extra, LtExtras extras) {
   return std::make_unique<CublasLtGemm>(spec, a, b, d, stream, std::move(extra), std::move(extras));
+}
+
+ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink) {
+  return {"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink, s); }}}};
 }
 
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes) {

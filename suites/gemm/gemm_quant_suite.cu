@@ -11,7 +11,7 @@
 // 470 MB of codes take ~150 µs at 3.1 TB/s, half the bf16 weights' time.
 #include <cuda_bf16.h>
 
-#include <cmath>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,11 +38,7 @@ Scheme scheme_of(const Case& c) {
   return c.params.s("scaling") == "block" ? Scheme::fp8_block : Scheme::fp8_tensor;
 }
 
-// Rows of y over which the quantization's error is measured: enough for a stable figure, few enough
-// that two double GEMMs of them cost nothing beside the case.
-constexpr int64_t kQuantErrorRows = 16;
-
-class QuantGemmProblem : public Problem {
+class QuantGemmProblem : public ProductReferenceProblem<QuantGemmProblem> {
  public:
   QuantGemmProblem(const Case& c, uint64_t seed, cudaStream_t stream)
       : shape(c),
@@ -74,22 +70,8 @@ class QuantGemmProblem : public Problem {
     return {{"y", {"row", "col"}, {DType::bf16, 1, 1, shape.k}}};
   }
 
-  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
-    OwnedTensor ref(DType::f64, {shape.m, shape.n}, "gemm reference");
-    quantized_reference(ref->as<double>(), shape.m, stream);
-    return {to_host_f64(*ref, stream)};
-  }
-  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    quantized_reference(out[0].as<float>(), shape.m, stream);
-  }
-
-  // "weights": W's codes read once at the GPU's read rate.
-  std::vector<ReadBound> read_bounds() const override {
-    const void* weights = wq.get();
-    void* sink_ptr = sink.get();
-    const size_t bytes = wq.bytes();
-    return {{"weights", {{"contiguous", [=](cudaStream_t s) { read_bytes(weights, bytes, sink_ptr, s); }}}}};
-  }
+  // "weights": W's codes.
+  std::vector<ReadBound> read_bounds() const override { return {weights_read_bound(wq.get(), wq.bytes(), sink.get())}; }
 
   kernels::gemm::GemmArgs args() const {
     kernels::gemm::GemmArgs a;
@@ -153,9 +135,10 @@ class QuantGemmProblem : public Problem {
     }
   }
 
+  friend class ProductReferenceProblem<QuantGemmProblem>;
   // The exact product of the codes times their scales, over the first `rows` rows.
   template <class Out>
-  void quantized_reference(Out* out, int64_t rows, cudaStream_t stream) const {
+  void product(Out* out, int64_t rows, cudaStream_t stream) const {
     if (scheme == Scheme::int8_rows) {
       gemm_reference(Int8Loader{xq.as<int8_t>(), x_scales.as<float>(), shape.k},
                      Int8Loader{wq.as<int8_t>(), w_scales.as<float>(), shape.k}, out, rows, shape.n, shape.k, stream);
@@ -167,20 +150,13 @@ class QuantGemmProblem : public Problem {
                    stream);
   }
 
-  // ‖y_quantized − y_bf16‖ / ‖y_bf16‖ over the first rows, both products in double.
   double measure_quant_error(cudaStream_t stream) const {
-    const int64_t rows = std::min(shape.m, kQuantErrorRows);
-    OwnedTensor exact(DType::f64, {rows, shape.n}, "bf16 product"), quantized(DType::f64, {rows, shape.n}, "product");
-    gemm_reference(Bf16Loader{x->as<__nv_bfloat16>(), shape.k}, Bf16Loader{w->as<__nv_bfloat16>(), shape.k},
-                   exact->as<double>(), rows, shape.n, shape.k, stream);
-    quantized_reference(quantized->as<double>(), rows, stream);
-    const auto e = to_host_f64(*exact, stream), q = to_host_f64(*quantized, stream);
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < e.size(); ++i) {
-      diff += (q[i] - e[i]) * (q[i] - e[i]);
-      norm += e[i] * e[i];
-    }
-    return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+    return quantized_product_error(
+        [&](double* out, int64_t rows) {
+          gemm_reference(Bf16Loader{x->as<__nv_bfloat16>(), shape.k}, Bf16Loader{w->as<__nv_bfloat16>(), shape.k},
+                         out, rows, shape.n, shape.k, stream);
+        },
+        [&](double* out, int64_t rows) { product(out, rows, stream); }, shape.m, shape.n, stream);
   }
 };
 

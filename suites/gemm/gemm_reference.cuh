@@ -5,9 +5,14 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "harness/cuda_check.h"
+#include "harness/op.h"
+#include "harness/tensor.h"
 #include "kernels/gemm/quantize.h"
 
 namespace topt::suites {
@@ -91,5 +96,45 @@ void gemm_reference(X x, W w, Out* y, int64_t m, int64_t n, int64_t k, cudaStrea
   gemm_reference_kernel<X, W, Out><<<grid, dim3(16, 16), 0, stream>>>(x, w, y, m, n, k);
   CUDA_CHECK_LAUNCH();
 }
+
+// Rows of y over which a quantized GEMM's error against the bf16 product is measured: enough for a
+// stable figure, few enough that two double GEMMs of them cost nothing beside the case.
+constexpr int64_t kQuantErrorRows = 16;
+
+// The quantization's error, ‖y_q − y_bf16‖ / ‖y_bf16‖ over the first kQuantErrorRows rows of y [m, n]:
+// `exact` and `quantized` write their product's first `rows` rows, in double, on `stream`.
+using RowsProduct = std::function<void(double* out, int64_t rows)>;
+inline double quantized_product_error(const RowsProduct& exact, const RowsProduct& quantized, int64_t m, int64_t n,
+                                      cudaStream_t stream) {
+  const int64_t rows = std::min(m, kQuantErrorRows);
+  OwnedTensor e_out(DType::f64, {rows, n}, "bf16 product"), q_out(DType::f64, {rows, n}, "quantized product");
+  exact(e_out->as<double>(), rows);
+  quantized(q_out->as<double>(), rows);
+  const auto e = to_host_f64(*e_out, stream), q = to_host_f64(*q_out, stream);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    diff += (q[i] - e[i]) * (q[i] - e[i]);
+    norm += e[i] * e[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
+
+// A GEMM problem whose reference is its own `product(out, rows, stream)` (the quantized GEMMs: x and W
+// through their dequantizing loaders) over all of y [shape.m, shape.n]: in double for the CPU path,
+// into the fp32 tensor for the GPU path.
+template <class Derived>
+class ProductReferenceProblem : public Problem {
+ public:
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override {
+    const Derived& d = static_cast<const Derived&>(*this);
+    OwnedTensor ref(DType::f64, {d.shape.m, d.shape.n}, "gemm reference");
+    d.product(ref->template as<double>(), d.shape.m, stream);
+    return {to_host_f64(*ref, stream)};
+  }
+  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
+    const Derived& d = static_cast<const Derived&>(*this);
+    d.product(out[0].as<float>(), d.shape.m, stream);
+  }
+};
 
 }  // namespace topt::suites

@@ -22,6 +22,8 @@ void register_gemm_fp8(Registry& registry);
 void register_gemm_int8(Registry& registry);
 void register_quantize_fp8(Registry& registry);
 void register_quantize_int8(Registry& registry);
+void register_gemm_w4a16(Registry& registry);
+void register_gemm_w8a16(Registry& registry);
 
 // A case's y[M, N] = x[M, K] · W[N, K]ᵀ.
 struct GemmShape {
@@ -34,6 +36,10 @@ struct GemmShape {
 // weights' read is the traffic).
 Cost gemm_cost(const GemmShape& s, double operand_bytes, double output_bytes);
 
+// The ReadBound "weights" of the GEMM ops: the `bytes` at `weights` (what an implementation must read
+// of W, as it is laid out) read once at the GPU's read rate, into `sink` (16 bytes).
+ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink);
+
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 // The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
@@ -43,6 +49,10 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                                   std::function<Metrics(const Problem&)> extra_of = {});
+
+// The core on `args`, planned by plan_gemm for this device; metrics `extra`, then the plan's.
+std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
+                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream);
 
 // What a cuBLASLt GEMM instance holds beside the library's own state.
 struct LtExtras {

@@ -29,11 +29,13 @@ inline bool small_shapes_only() { return sanitize_mode() == "small"; }
 // FlashInfer's SM90 prefill wrote one wrong row of a ragged causal head_dim-64 case in 3 runs, never
 // in a plain run: baselines/flashinfer/NOTES.md.) Under racecheck ("small") attention's cuBLAS paths
 // (gather_cublas, unfused) go too: compute-sanitizer 2025.3 with a kernel filter stops with an
-// internal error on cuBLAS's nvjet kernels (docs/checks.md).
+// internal error on cuBLAS's nvjet kernels (docs/checks.md); so does dequant_cublaslt (our dequantize
+// kernel, then cuBLASLt), whose kernel memcheck covers.
 inline bool left_out_under_sanitizer(const std::string& op, const std::string& impl) {
   if (sanitize_mode().empty()) return false;
   if (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0) return true;
-  return small_shapes_only() && op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused");
+  if (!small_shapes_only()) return false;
+  return impl == "dequant_cublaslt" || (op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused"));
 }
 
 // A parametrized grid: the small shapes, then (unless small_shapes_only()) the large ones.

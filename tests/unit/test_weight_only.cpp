@@ -1,0 +1,297 @@
+// The weight-only GEMMs' host side: the packed layout (packed → unpacked is the quantized matrix bit
+// for bit; each lane's words hold its mma.sync fragments, register-ready), the GPTQ/AWQ importers, the
+// path heuristic and the refusals, the cost model and the shipped configs.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "harness/config.h"
+#include "harness/registry.h"
+#include "harness/sweep.h"
+#include "kernels/gemm/weight_only_gemm.h"
+#include "kernels/gemm/weight_only_pack.h"
+#include "kernels/gemm/weight_only_plan.h"
+#include "suites/gemm/gemm_suites.h"
+
+namespace topt {
+namespace {
+
+using namespace kernels::gemm;
+
+std::vector<uint8_t> random_codes(const WeightShape& s, int bits, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> codes(size_t(s.n * s.k));
+  for (auto& c : codes) c = uint8_t(rng() & (bits == 4 ? 0xF : 0xFF));
+  return codes;
+}
+
+// Shapes on and off the strip (16) and chunk (64), down to a single row.
+const std::vector<WeightShape> kShapes = {{16, 64}, {40, 200}, {33, 72}, {1, 8}, {130, 520}, {256, 1024}};
+
+TEST(WeightOnlyPack, PackedThenUnpackedIsTheQuantizedMatrixBitForBit) {
+  for (int bits : {4, 8})
+    for (const WeightShape& s : kShapes) {
+      SCOPED_TRACE(testing::Message() << bits << "-bit " << s.n << "x" << s.k);
+      const auto codes = random_codes(s, bits, uint32_t(s.n * 7 + s.k));
+      const auto packed = pack_weights(codes, s, bits);
+      EXPECT_EQ(int64_t(packed.size()) * 4, packed_bytes(s, bits));
+      EXPECT_EQ(unpack_weights(packed, s, bits), codes);
+    }
+}
+
+TEST(WeightOnlyPack, PackedSizeIsWholeStripsAndChunks) {
+  EXPECT_EQ(packed_bytes({4096, 4096}, 4), 4096 * 4096 / 2);
+  EXPECT_EQ(packed_bytes({4096, 4096}, 8), 4096 * 4096);
+  EXPECT_EQ(packed_bytes({17, 65}, 4), 2 * 2 * 512);  // 2 strips × 2 chunks of 512 bytes
+}
+
+// Every element of a (strip, chunk) lies in exactly one lane's fragment, and lane t's four tiles read
+// x[16t, 16t + 16) of the chunk: tile j's B registers (logical k 2t, 2t+1 | 2t+8, 2t+9) are x's
+// 16t + 4j + {0, 1 | 2, 3}, the pairs the decode kernel passes to mma.sync.
+TEST(WeightOnlyPack, EachChunkElementIsInOneFragmentAndLaneTReadsItsSixteenK) {
+  std::set<std::pair<int, int>> seen;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int tile = 0; tile < 4; ++tile)
+      for (int a = 0; a < kFragmentElements; ++a) {
+        const ChunkOffset o = fragment_element_offset(lane, tile, a);
+        EXPECT_TRUE(seen.insert({o.row, o.k}).second) << lane << " " << tile << " " << a;
+        // The PTX table of the m16n8k16 A fragment: a0,a1 row g cols 2t, 2t+1; a2,a3 row g+8; a4..a7 cols + 8.
+        const int g = lane / 4, t = lane % 4;
+        EXPECT_EQ(o.row, g + 8 * ((a / 2) % 2));
+        const int logical_col = 2 * t + a % 2 + 8 * (a / 4);
+        const int b_register = logical_col / 8;  // B's b0,b1 (k 2t, 2t+1) or b2,b3 (k 2t+8, 2t+9)
+        EXPECT_EQ(o.k, 16 * t + 4 * tile + 2 * b_register + logical_col % 2);
+      }
+  EXPECT_EQ(seen.size(), size_t(kStripN * kChunkK));
+}
+
+// The decode kernel reads register i of an int4 tile as (word >> 4i) & 0x000F000F: nibble i is the
+// register's first element (2i), nibble i + 4 its second (2i + 1).
+TEST(WeightOnlyPack, Int4WordsAreRegisterReady) {
+  const WeightShape s{40, 200};
+  const auto codes = random_codes(s, 4, 11);
+  const auto packed = pack_weights(codes, s, 4);
+  for (size_t w = 0; w < packed.size(); ++w) {
+    const int tile = int(w % 4), lane = int(w / 4 % 32);
+    const int64_t chunk_index = int64_t(w / 128), strip = chunk_index / s.chunks(), chunk = chunk_index % s.chunks();
+    for (int reg = 0; reg < 4; ++reg) {
+      const uint32_t pair = (packed[w] >> (4 * reg)) & 0x000F000Fu;
+      for (int half = 0; half < 2; ++half) {
+        const ChunkOffset o = fragment_element_offset(lane, tile, 2 * reg + half);
+        const int64_t n = strip * kStripN + o.row, k = chunk * kChunkK + o.k;
+        const uint32_t code = (pair >> (16 * half)) & 0xF;
+        if (n < s.n && k < s.k) ASSERT_EQ(code, codes[size_t(n * s.k + k)]) << w << " " << reg << " " << half;
+        else ASSERT_EQ(code, uint32_t(padding_code(4)));
+      }
+    }
+  }
+}
+
+TEST(WeightOnlyPack, Int8CodesAreStoredBiasedBy128) {
+  for (int code = -128; code < 128; ++code)
+    EXPECT_EQ(code_of_stored(8, stored_code(8, uint8_t(int8_t(code)))), uint8_t(int8_t(code)));
+  EXPECT_EQ(stored_code(8, uint8_t(int8_t(-128))), 0u);
+  EXPECT_EQ(stored_code(8, 0), 128u);
+}
+
+// A random quantized int4 matrix with zero points, packed the way GPTQ's (v1) and AWQ's checkpoints are.
+struct Int4Checkpoint {
+  int64_t n, k, group;
+  std::vector<uint8_t> codes, zeros;  // [N, K], [groups, N]
+  std::vector<uint16_t> scales;       // [groups, N] fp16 bits
+};
+
+Int4Checkpoint random_checkpoint(int64_t n, int64_t k, int64_t group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Int4Checkpoint c{n, k, group, random_codes({n, k}, 4, seed), {}, {}};
+  const int64_t groups = scale_groups(k, group);
+  for (int64_t i = 0; i < groups * n; ++i) {
+    c.zeros.push_back(uint8_t(rng() & 0xF));
+    c.scales.push_back(uint16_t(0x2000 + rng() % 0x1000));  // positive fp16 values around 2^-7
+  }
+  return c;
+}
+
+std::vector<int32_t> pack_nibbles(const std::vector<uint8_t>& values) {
+  std::vector<int32_t> words(values.size() / 8, 0);
+  for (size_t i = 0; i < values.size(); ++i) words[i / 8] |= int32_t(uint32_t(values[i]) << (4 * (i % 8)));
+  return words;
+}
+
+TEST(WeightOnlyImport, GptqQweightIsPackedAlongKAndZerosAreStoredMinusOne) {
+  const Int4Checkpoint c = random_checkpoint(16, 256, 128, 3);
+  std::vector<int32_t> qweight(size_t(c.k / 8 * c.n), 0);
+  for (int64_t k = 0; k < c.k; ++k)
+    for (int64_t n = 0; n < c.n; ++n)
+      qweight[size_t(k / 8 * c.n + n)] |= int32_t(uint32_t(c.codes[size_t(n * c.k + k)]) << (4 * (k % 8)));
+  std::vector<uint8_t> stored_zeros;
+  for (uint8_t z : c.zeros) stored_zeros.push_back(uint8_t((z + 15) & 0xF));
+  const QuantizedWeight w = import_gptq(qweight, pack_nibbles(stored_zeros), c.scales, c.n, c.k, c.group);
+  EXPECT_EQ(w.codes, c.codes);
+  EXPECT_EQ(w.zeros, c.zeros);
+  EXPECT_TRUE(w.format.asymmetric);
+  EXPECT_EQ(w.format.group, 128);
+  ASSERT_EQ(w.scales.size(), c.scales.size());
+  for (size_t i = 0; i < c.scales.size(); ++i) EXPECT_EQ(w.scales[i], fp16_bits_to_bf16_bits(c.scales[i]));
+
+  // One word pinned: qweight[0][0] = 0x76543210 is column 0's k = 0..7 = 0..7.
+  std::vector<int32_t> one(size_t(8 / 8 * 8), 0);
+  one[0] = 0x76543210;
+  const QuantizedWeight pinned =
+      import_gptq(one, {int32_t(0x77777777)}, std::vector<uint16_t>(8, 0x3C00), 8, 8, 8);
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(pinned.codes[size_t(k)], k);
+  EXPECT_FALSE(pinned.format.asymmetric);  // stored 7 everywhere: zero 8, GPTQ's symmetric
+  EXPECT_TRUE(pinned.zeros.empty());
+  EXPECT_EQ(pinned.scales[0], 0x3F80);  // fp16 1.0 → bf16 1.0
+}
+
+TEST(WeightOnlyImport, AwqPacksAlongNInItsInterleavedOrder) {
+  // One word pinned: nibble i holds column kAwqOrder[i], so 0x76543210 is columns 0..7 = 0,4,1,5,2,6,3,7.
+  const QuantizedWeight pinned =
+      import_awq({int32_t(0x76543210)}, {int32_t(0x76543210)}, std::vector<uint16_t>(8, 0x3C00), 8, 1, 1);
+  const std::vector<uint8_t> columns = {0, 4, 1, 5, 2, 6, 3, 7};
+  for (int n = 0; n < 8; ++n) {
+    EXPECT_EQ(pinned.codes[size_t(n)], columns[size_t(n)]) << n;
+    EXPECT_EQ(pinned.zeros[size_t(n)], columns[size_t(n)]) << n;
+  }
+  // A whole matrix: codes [N, K] and zeros [groups, N] back as they were.
+  const Int4Checkpoint c = random_checkpoint(24, 192, 64, 5);
+  auto awq_rows = [](const std::vector<uint8_t>& row_major, int64_t rows, int64_t cols, bool transpose) {
+    std::vector<int32_t> words(size_t(rows * cols / 8), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col) {
+        const int position = [&] {
+          for (int i = 0; i < 8; ++i)
+            if (kAwqOrder[i] == col % 8) return i;
+          return -1;
+        }();
+        const uint8_t v = transpose ? row_major[size_t(col * rows + r)] : row_major[size_t(r * cols + col)];
+        words[size_t(r * cols / 8 + col / 8)] |= int32_t(uint32_t(v) << (4 * position));
+      }
+    return words;
+  };
+  const QuantizedWeight w = import_awq(awq_rows(c.codes, c.k, c.n, true), awq_rows(c.zeros, 3, c.n, false),
+                                       c.scales, c.n, c.k, c.group);
+  EXPECT_EQ(w.codes, c.codes);
+  EXPECT_EQ(w.zeros, c.zeros);
+  EXPECT_TRUE(w.format.asymmetric);
+}
+
+TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::vector<uint16_t> scales(8, 0x3C00);
+  EXPECT_NE(message([&] { import_gptq({0}, {0}, scales, 8, 12, 12); }).find("K = 12 is not a multiple of 8"),
+            std::string::npos);
+  EXPECT_NE(message([&] { import_awq({0}, {0}, scales, 12, 8, 8); }).find("N = 12 is not a multiple of 8"),
+            std::string::npos);
+  EXPECT_NE(message([&] { import_gptq({0, 0}, {0}, scales, 8, 8, 8); }).find("qweight holds 2 words"),
+            std::string::npos);
+  EXPECT_EQ(message([&] { import_awq({0}, {0}, scales, 8, 1, 1); }), "no error");  // 8 scales, 1 group: fits
+  EXPECT_NE(message([&] { import_awq({0}, {0, 0}, scales, 8, 1, 1); }).find("qzeros holds 2 words"),
+            std::string::npos);
+}
+
+TEST(WeightOnlyPlan, DecodeUpTo64TokensThenTheCore) {
+  for (int64_t m : {1, 2, 4, 8, 16, 17, 32, 64}) EXPECT_EQ(choose_weight_only_path(m), WeightOnlyPath::decode) << m;
+  for (int64_t m : {65, 128, 130, 256, 8192})
+    EXPECT_EQ(choose_weight_only_path(m), WeightOnlyPath::dequantize_then_core) << m;
+}
+
+TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndSplitsKToFillTheGpu) {
+  constexpr int kH100Sms = 132;
+  // 7B O at M = 1: 256 strips; 8 a block make 32 blocks, 9 K splits make 288 (>= 2 per SM).
+  const WeightOnlyDecodePlan o = plan_weight_only_decode(1, 4096, 4096, kH100Sms);
+  EXPECT_EQ(o.strips_per_block, 8);
+  EXPECT_EQ(o.splits, 9);
+  EXPECT_EQ(o.blocks(4096), 288);
+  // 70B gate+up: 448 blocks of 8 strips already fill the GPU: no split, no partials.
+  const WeightOnlyDecodePlan gate_up = plan_weight_only_decode(16, 57344, 8192, kH100Sms);
+  EXPECT_EQ(gate_up.strips_per_block, 8);
+  EXPECT_EQ(gate_up.splits, 1);
+  for (int64_t m : {1, 16, 64})
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{40, 200}, {4096, 4096}, {8192, 28672}, {10240, 8192}}) {
+      SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
+      const WeightOnlyDecodePlan p = plan_weight_only_decode(m, n, k, kH100Sms);
+      EXPECT_TRUE(p.strips_per_block == 1 || p.strips_per_block == 2 || p.strips_per_block == 4 ||
+                  p.strips_per_block == 8);
+      EXPECT_GE(p.splits, 1);
+      EXPECT_LE(p.splits, kMaxDecodeSplits);
+      // Each warp keeps at least kMinDecodeChunksPerWarp chunks of K where K has them.
+      const int64_t chunks = (k + 63) / 64, warps_per_split = kDecodeWarps / p.strips_per_block;
+      if (p.splits > 1) EXPECT_GE(chunks / (p.splits * warps_per_split), kMinDecodeChunksPerWarp);
+    }
+  // A tiny K cannot be split: 4 chunks over 8 warps.
+  EXPECT_EQ(plan_weight_only_decode(1, 4096, 256, kH100Sms).splits, 1);
+  EXPECT_NE(kStripPerBlockPlan.describe().find("1 strips a block, 1 K splits"), std::string::npos);
+}
+
+TEST(WeightOnlyPlan, RefusalsNameTheReason) {
+  EXPECT_EQ(weight_only_unsupported(4096, 4096, {4, 128, false}), "");
+  EXPECT_EQ(weight_only_unsupported(4096, 4096, {4, 64, true}), "");
+  EXPECT_EQ(weight_only_unsupported(33, 200, {4, 200, false}), "");  // per channel, K off the chunk
+  EXPECT_EQ(weight_only_unsupported(33, 200, {8, 200, false}), "");
+  EXPECT_NE(weight_only_unsupported(64, 100, {4, 128, false}).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(weight_only_unsupported(64, 256, {4, 32, false}).find("group = 32"), std::string::npos);
+  EXPECT_NE(weight_only_unsupported(64, 256, {8, 128, false}).find("per output channel"), std::string::npos);
+  EXPECT_NE(weight_only_unsupported(64, 256, {3, 256, false}).find("3-bit"), std::string::npos);
+}
+
+// The shipped configs: W4A16 group 128 on every Llama-2 layer at every token count the issue names, the
+// other formats on a few layers, W8A16 on every layer; the quick sweep parses.
+TEST(WeightOnlyConfigs, EveryLlamaLayerAtEveryTokenCount) {
+  const Config cfg = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_w4a16.yaml", builtin_registry());
+  std::map<std::string, std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>> swept;  // format -> layer -> M
+  for (const PlannedCase& pc : expand_sweep(cfg, builtin_registry())) {
+    const suites::GemmShape s(pc.c);
+    const std::string format = pc.c.op == "gemm_w8a16" ? "w8" : "w4/g" + std::to_string(pc.c.params.i("group")) +
+                                                                    "/" + pc.c.params.s("zero");
+    swept[format][{s.n, s.k}].insert(s.m);
+  }
+  const std::set<std::pair<int64_t, int64_t>> llama = {
+      {12288, 4096}, {4096, 4096},  {22016, 4096}, {4096, 11008}, {15360, 5120}, {5120, 5120},
+      {27648, 5120}, {5120, 13824}, {10240, 8192}, {8192, 8192},  {57344, 8192}, {8192, 28672}};
+  std::set<std::pair<int64_t, int64_t>> layers;
+  for (auto& [layer, ms] : swept["w4/g128/sym"]) {
+    layers.insert(layer);
+    EXPECT_EQ(ms, (std::set<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256})) << layer.first << "x" << layer.second;
+  }
+  EXPECT_EQ(layers, llama);
+  layers.clear();
+  for (auto& [layer, ms] : swept["w8"]) layers.insert(layer);
+  EXPECT_EQ(layers, llama);
+  for (const char* format : {"w4/g64/sym", "w4/g0/sym", "w4/g128/asym", "w4/g64/asym", "w4/g0/asym"})
+    EXPECT_FALSE(swept[format].empty()) << format;
+  const Config quick =
+      load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_w4a16_quick.yaml", builtin_registry());
+  EXPECT_EQ(expand_sweep(quick, builtin_registry()).size(), 20u);
+}
+
+// The cost: x and y, and the packed weights as the kernels read them (codes, scales, zeros).
+TEST(WeightOnlyCost, BytesAreThePackedWeightsScalesAndZeros) {
+  Case c{"gemm_w4a16", {}, DType::bf16};
+  for (auto [name, value] : std::vector<std::pair<std::string, Value>>{
+           {"m", int64_t(1)}, {"n", int64_t(4096)}, {"k", int64_t(4096)}, {"group", int64_t(128)}, {"zero", std::string("asym")}})
+    c.params.set(name, value);
+  const Cost cost = builtin_registry().find("gemm_w4a16")->cost(c);
+  EXPECT_DOUBLE_EQ(cost.bytes, 4096.0 * 2 + 4096.0 * 4096 / 2 + 32.0 * 4096 * 3 + 4096.0 * 2);
+  EXPECT_TRUE(cost.reads_only);
+  EXPECT_DOUBLE_EQ(cost.flops, 2.0 * 4096 * 4096);
+  c.params.set("group", int64_t(32));
+  EXPECT_NE(builtin_registry().find("gemm_w4a16")->invalid(c).find("group = 32"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace topt
