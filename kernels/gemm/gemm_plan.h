@@ -23,9 +23,9 @@ int tile_n(TileShape t);
 const char* tile_name(TileShape t);
 
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
-constexpr int kMinSplitKBlocks = 4;     // the fewest K blocks (256 of K) a split streams
+constexpr int kMinSplitKBlocks = 2;     // the fewest K blocks (128 of K bf16) a split streams
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
-constexpr int kSplitMaxM = 128;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
+constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
@@ -56,7 +56,9 @@ struct PlanOptions {
 //   the weights must stream through every SM.
 // Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
 //   Except up to kSplitMaxM rows where even 128×128 tiles leave half the SMs idle (M = 128 at N = 4096:
-//   32 tiles): the weights' read still sets the time there, so the small-M plan streams them.
+//   32 tiles; M = 130 at N = 1000: 16): the weights' read still sets the time there, and one SM
+//   streams a tile's whole K far below its share of the read rate, so the small-M plan streams them
+//   (M = 130: 3 x 8 tiles of 64 rows, split).
 // With options.clusters, an unsplit 128-row plan whose tiles fill at least one wave runs clusters of
 //   kClusterM along M, where padding M to whole clusters adds at most 1/8 of the tiles: per stage a
 //   CTA then reads its A and half of W from L2 (128x256 bf16: 32 KB instead of 48).

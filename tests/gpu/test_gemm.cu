@@ -56,7 +56,8 @@ std::vector<GemmCase> gemm_cases() {
        {17, 1000, 1032},  // split-K with tails in M, N and K
        {1, 999, 520},     // N odd: scalar stores, in the partials and in y
        {64, 128, 64},     // one tile, one K block: no split
-       {130, 999, 520},   // 128x128, two M tiles, the second with 2 rows
+       {130, 999, 520},   // just past 128 rows: 3 x 8 tiles of 64x128, split
+       {200, 999, 520},   // 128x128, two M tiles, the second with 72 rows
        {1, 1, 8},         // the smallest shape the TMA maps take
        {256, 16896, 64}},  // clusters at their smallest: 2 x 66 tiles of 128x256, one K block
       {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere; clusters: 8 M tiles paired
@@ -83,6 +84,7 @@ std::vector<GemmCase> quant_cases() {
                                {17, 1000, 1024},
                                {1, 999, 512},
                                {130, 999, 640},
+                               {200, 999, 640},
                                {64, 128, 128},
                                {256, 16896, 128}},  // clusters: 2 M tiles, one K block
                               {{1000, 5000, 1024}, {1100, 4900, 1024}, {2048, 4096, 4096}});

@@ -72,6 +72,15 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_EQ(m128.tile, TileShape::m64n128);
   EXPECT_EQ(m128.splits, 2);
   EXPECT_EQ(m128.units(), 128);
+  // M = 130, N = 1000 (K = 1032: 17 blocks): 16 tiles of 128x128 would each stream all of K on 16
+  // SMs; 3 x 8 tiles of 64x128 split 5 ways make 120 units, 91% of a wave.
+  const GemmPlan m130 = plan_gemm(130, 1000, 1032, kH100Sms);
+  EXPECT_EQ(m130.tile, TileShape::m64n128);
+  EXPECT_EQ(m130.m_tiles, 3);
+  EXPECT_EQ(m130.splits, 5);
+  // Past kSplitMaxM rows, no split: M = 200 takes 2 x 8 tiles of 128x128.
+  EXPECT_EQ(plan_gemm(200, 1000, 1032, kH100Sms).tile, TileShape::m128n128);
+  EXPECT_EQ(plan_gemm(200, 1000, 1032, kH100Sms).splits, 1);
   // ... but not where 128x128 tiles fill the GPU (70B gate+up: 448 tiles).
   EXPECT_EQ(plan_gemm(128, 57344, 8192, kH100Sms).tile, TileShape::m128n256);
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms).tile, TileShape::m128n256);  // 224 tiles
