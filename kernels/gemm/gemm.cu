@@ -216,6 +216,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.a_block_scale = args.a_block_scale;
   p.b_block_scale = args.b_block_scale;
   p.scale_groups = int(args.k / 128);
+  p.promote_blocks = args.a_block_scale ? 1 : kTensorPromoteBlocks;
   p.m = int(args.m);
   p.n = int(args.n);
   p.k_blocks = int(plan.k_blocks);

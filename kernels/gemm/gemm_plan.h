@@ -14,7 +14,7 @@ namespace topt::kernels::gemm {
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
 enum class TileShape { m128n256, m128n128, m64n128 };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
-// of K per row). FP8 accumulates each 128-deep K block apart and promotes it into fp32 registers
+// of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
 // (twice the accumulators), so its widest tile is 128×128.
 enum class Operands { bf16, e4m3, s8 };
 int block_k(Operands o);  // K per pipeline stage: one 128-byte swizzled row

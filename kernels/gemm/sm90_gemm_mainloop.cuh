@@ -9,9 +9,10 @@
 // this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
 // partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows
 // of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
-// in flight, so a stage is released when the next stage's group is issued; FP8 waits for each stage's
-// group and promotes its products into the fp32 accumulators (times the stage's block scales), the
-// other consumer's MMAs running meanwhile.
+// in flight, so a stage is released when the next stage's group is issued; FP8 does the same within
+// a run of promote_blocks stages (1 with block scales, 4 per tensor), then waits for the run's groups
+// and promotes its products into the fp32 accumulators (times the stage's block scales), the other
+// consumer's MMAs running meanwhile.
 #pragma once
 #include <cstdint>
 
@@ -159,18 +160,33 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
     const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {
       const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
-      float part[kAcc];  // this stage's products, promoted into acc
-      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
-        mbar_wait(bars.full(pos.stage), pos.phase);
-        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
-                       desc_advance(b_desc0, pos.stage * C::kBBytes), true);
-        // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per stage).
-        const float2 s = stage_scales(p, r, unit.n_block, kb);
+      float part[kAcc];  // the products since the last promotion, promoted into acc
+      // Each run of promote_blocks stages chains into `part` as bf16's stages chain into acc (one group
+      // in flight, the previous stage released); then all groups are waited for and `part` promoted.
+      // (A promotion inside the stage loop, behind a branch, made ptxas serialize the wgmma: C7517/C7518.)
+      // The one-consumer (small-M) kernel promotes every stage: the weights' read sets its time, and
+      // the runs' loop state spilled its 255 registers.
+      const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
+      for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
+        const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
+        int in_flight = -1;
+        float2 s = make_float2(1.f, 1.f);
+        for (int kb = kb0; kb < kb_end; ++kb) {
+          mbar_wait(bars.full(pos.stage), pos.phase);
+          issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                         desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
+          // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per
+          // stage). Block scales promote every stage, so the run's last stage's are the run's.
+          s = stage_scales(p, r, unit.n_block, kb);
+          wgmma_wait<1>();
+          if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
+          in_flight = pos.stage;
+          pos.advance();
+        }
         wgmma_wait<0>();
         fence_regs(part);
-        if (lane == 0) release_stage<C>(bars.empty(pos.stage));
-        pos.advance();
-        const bool first = kb == unit.k_begin;
+        if (lane == 0) release_stage<C>(bars.empty(in_flight));
+        const bool first = kb0 == unit.k_begin;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
       }

@@ -50,6 +50,18 @@ void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>
   }
 }
 
+// The metric `name` of implementation `impl` prepared on case `c`: what the plan chose, or what the
+// instance reports (a failure where it has no such metric).
+double prepared_metric(cudaStream_t stream, const Case& c, const std::string& impl, const std::string& name) {
+  const OpDef* def = builtin_registry().find(c.op);
+  auto problem = def->make_problem(c, 7, stream);
+  auto inst = def->find_impl(impl)->prepare(*problem, c, stream);
+  for (auto& [metric, value] : inst->metrics())
+    if (metric == name) return value;
+  ADD_FAILURE() << c.op << " " << impl << ": no " << name << " metric";
+  return 0.0;
+}
+
 std::vector<GemmCase> gemm_cases() {
   return shape_grid<GemmCase>(
       {{1, 4096, 4096},   // decode: 64x128, 4 splits
@@ -116,13 +128,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
 TEST_F(GpuTest, QuantErrorIsReported) {
   auto quant_error = [&](const std::string& op, const std::string& scaling) {
     const Case c = make_case(op, gemm_params({16, 1024, 1024}, scaling), DType::bf16);
-    const OpDef* def = builtin_registry().find(op);
-    auto problem = def->make_problem(c, 7, stream);
-    auto inst = def->find_impl("ours")->prepare(*problem, c, stream);
-    for (auto& [name, value] : inst->metrics())
-      if (name == "quant_rel_error") return value;
-    ADD_FAILURE() << op << ": no quant_rel_error metric";
-    return 0.0;
+    return prepared_metric(stream, c, "ours", "quant_rel_error");
   };
   const double tensor = quant_error("gemm_fp8", "tensor"), block = quant_error("gemm_fp8", "block"),
                int8 = quant_error("gemm_int8", "");
@@ -189,30 +195,16 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
 // The metrics say which plan ran: decode takes the split-K path.
 TEST_F(GpuTest, GemmDecodePlanSplitsK) {
   const Case c = make_case("gemm_bf16", gemm_params({1, 4096, 4096}), DType::bf16);
-  const OpDef* op = builtin_registry().find("gemm_bf16");
-  auto problem = op->make_problem(c, 1, stream);
-  auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
-  double splits = 0, tile_m = 0;
-  for (auto& [name, value] : inst->metrics()) {
-    if (name == "plan_splits") splits = value;
-    if (name == "plan_tile_m") tile_m = value;
-  }
-  EXPECT_GT(splits, 1);
-  EXPECT_EQ(tile_m, 64);
+  EXPECT_GT(prepared_metric(stream, c, "ours", "plan_splits"), 1);
+  EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_m"), 64);
 }
 
 // ours_v2_cluster runs 2-CTA clusters where the planner pairs M tiles (the tests above then check
 // the multicast path), and single CTAs elsewhere.
 TEST_F(GpuTest, GemmClusterRungPairsMTilesAtLargeM) {
   auto plan_cluster = [&](const std::string& op, GemmCase g, const std::string& scaling) {
-    const Case c = make_case(op, gemm_params(g, scaling), DType::bf16);
-    const OpDef* def = builtin_registry().find(op);
-    auto problem = def->make_problem(c, 1, stream);
-    auto inst = def->find_impl("ours_v2_cluster")->prepare(*problem, c, stream);
-    for (auto& [name, value] : inst->metrics())
-      if (name == "plan_cluster") return value;
-    ADD_FAILURE() << op << ": no plan_cluster metric";
-    return 0.0;
+    return prepared_metric(stream, make_case(op, gemm_params(g, scaling), DType::bf16), "ours_v2_cluster",
+                           "plan_cluster");
   };
   EXPECT_EQ(plan_cluster("gemm_bf16", {1100, 4900, 1032}, ""), 2);
   EXPECT_EQ(plan_cluster("gemm_fp8", {1100, 4900, 1024}, "tensor"), 2);
