@@ -74,11 +74,14 @@ CUtensorMap operand_map(const char* what, const void* ptr, Operands operands, in
               : make_tma_map_8bit(what, ptr, 2, dims, strides, box);
 }
 
-// A launch of config C: a kernel attribute and, for clusters, the cluster shape.
+// A launch of config C: a kernel attribute and, for clusters, the cluster shape (config points at
+// `cluster`: not copied).
 template <class C>
 struct ConfigLaunch {
   cudaLaunchAttribute cluster{};
   cudaLaunchConfig_t config{};
+  ConfigLaunch(const ConfigLaunch&) = delete;
+  ConfigLaunch& operator=(const ConfigLaunch&) = delete;
   ConfigLaunch(int grid, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
     cluster.id = cudaLaunchAttributeClusterDimension;
