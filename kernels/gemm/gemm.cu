@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 
 #include "harness/cuda_check.h"
@@ -30,7 +31,11 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
     tma_prefetch_descriptor(&p.tma_a);
     tma_prefetch_descriptor(&p.tma_b);
   }
-  __syncthreads();
+  // In a cluster, the peers' barriers must be initialized before this CTA's multicasts and releases.
+  if constexpr (C::kClusterM > 1)
+    cluster_sync();
+  else
+    __syncthreads();
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     if constexpr (C::kConsumers > 1) regs_dealloc<C::kProducerRegs>();
@@ -39,6 +44,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
     if constexpr (C::kConsumers > 1) regs_alloc<C::kConsumerRegs>();
     consume<C>(p, smem, warpgroup - 1);
   }
+  if constexpr (C::kClusterM > 1) cluster_sync();  // peers may still release stages on this CTA
 #else
   // Built without sm_90a code (wgmma, setmaxnreg): fail loudly rather than return garbage.
   __trap();
@@ -68,23 +74,83 @@ CUtensorMap operand_map(const char* what, const void* ptr, Operands operands, in
               : make_tma_map_8bit(what, ptr, 2, dims, strides, box);
 }
 
+// A launch of config C: a kernel attribute and, for clusters, the cluster shape (config points at
+// `cluster`: not copied).
 template <class C>
-void launch_config(const GemmLaunch& l, cudaStream_t stream) {
-  auto kernel = gemm_kernel<C>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<l.grid, C::kThreads, C::kSmemBytes, stream>>>(l.params);
-  CUDA_CHECK_LAUNCH();
+struct ConfigLaunch {
+  cudaLaunchAttribute cluster{};
+  cudaLaunchConfig_t config{};
+  ConfigLaunch(const ConfigLaunch&) = delete;
+  ConfigLaunch& operator=(const ConfigLaunch&) = delete;
+  ConfigLaunch(int grid, cudaStream_t stream) {
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = C::kClusterM;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(C::kThreads);
+    config.dynamicSmemBytes = C::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = C::kClusterM > 1 ? 1 : 0;
+  }
+};
+
+// CTAs of the plan's persistent grid (config C) on the current device: one per SM, or whole
+// clusters, as many as fit at once (a GPC may leave SMs that hold no whole cluster).
+template <class C>
+int persistent_grid(const GemmPlan& plan) {
+  if constexpr (C::kClusterM == 1) {
+    return plan.grid(current_device_sm_count());
+  } else {
+    // Asked once per device: it depends on the device and the kernel's resources only.
+    static std::map<int, int> max_clusters_on;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    int& max_clusters = max_clusters_on[dev];
+    if (max_clusters == 0) {
+      ConfigLaunch<C> probe(C::kClusterM, nullptr);
+      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, gemm_kernel<C>, &probe.config));
+      if (max_clusters < 1) throw std::runtime_error("gemm: no cluster of this kernel fits on the device");
+    }
+    return int(std::min<int64_t>(plan.units(), int64_t(max_clusters) * C::kClusterM));
+  }
 }
 
-// The plan's tile shape for operands O; FP8 has no 128x256 instantiation (the planner never asks).
-template <class O>
-void launch_tile(const GemmLaunch& l, cudaStream_t stream) {
-  switch (l.plan.tile) {
+template <class C>
+void launch_config(const GemmLaunch& l, cudaStream_t stream) {
+  ConfigLaunch<C> launch(l.grid, stream);
+  CUDA_CHECK(cudaLaunchKernelEx(&launch.config, gemm_kernel<C>, l.params));
+}
+
+template <class C>
+struct ConfigTag {
+  using type = C;
+};
+
+// Calls f(ConfigTag<C>{}) with the plan's instantiation C. FP8 has no 128x256 instantiation and split
+// plans no clusters (the planner never asks; prepare_gemm refuses them).
+template <class O, class F>
+void with_tile(const GemmPlan& plan, F&& f) {
+  const bool cluster = plan.cluster_m > 1;
+  switch (plan.tile) {
     case TileShape::m128n256:
-      if constexpr (!O::kPromote) return launch_config<GemmConfig128x256<O>>(l, stream);
+      if constexpr (!O::kPromote)
+        return cluster ? f(ConfigTag<GemmConfig128x256<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x256<O>>{});
       throw std::invalid_argument("gemm: FP8 runs no 128x256 tiles");
-    case TileShape::m128n128: return launch_config<GemmConfig128x128<O>>(l, stream);
-    case TileShape::m64n128: return launch_config<GemmConfig64x128<O>>(l, stream);
+    case TileShape::m128n128:
+      return cluster ? f(ConfigTag<GemmConfig128x128<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x128<O>>{});
+    case TileShape::m64n128: return f(ConfigTag<GemmConfig64x128<O>>{});
+  }
+}
+
+template <class F>
+void with_config(const GemmPlan& plan, F&& f) {
+  switch (plan.operands) {
+    case Operands::bf16: return with_tile<Bf16Operands>(plan, f);
+    case Operands::e4m3: return with_tile<E4m3Operands>(plan, f);
+    case Operands::s8: return with_tile<S8Operands>(plan, f);
   }
 }
 
@@ -131,15 +197,18 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
   if (plan.splits > 1 && plan.tile != TileShape::m64n128)
     throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
+  if (plan.cluster_m != 1 && (plan.cluster_m != kClusterM || plan.splits > 1 || plan.tile == TileShape::m64n128 ||
+                              plan.m_tiles % plan.cluster_m != 0))
+    throw std::invalid_argument("gemm: clusters along M run unsplit 128-row tiles, M tiles padded to the cluster");
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
-  l.grid = plan.grid(current_device_sm_count());
+  with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
   GemmParams& p = l.params;
   p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
-  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile));
+  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   p.tile_counters = nullptr;
@@ -150,6 +219,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.a_block_scale = args.a_block_scale;
   p.b_block_scale = args.b_block_scale;
   p.scale_groups = int(args.k / 128);
+  p.promote_blocks = args.a_block_scale ? 1 : kTensorPromoteBlocks;
   p.m = int(args.m);
   p.n = int(args.n);
   p.k_blocks = int(plan.k_blocks);
@@ -163,11 +233,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
 
 void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
   if (l.params.m == 0 || l.params.n == 0) return;
-  switch (l.plan.operands) {
-    case Operands::bf16: launch_tile<Bf16Operands>(l, stream); break;
-    case Operands::e4m3: launch_tile<E4m3Operands>(l, stream); break;
-    case Operands::s8: launch_tile<S8Operands>(l, stream); break;
-  }
+  with_config(l.plan, [&](auto tag) { launch_config<typename decltype(tag)::type>(l, stream); });
   if (l.plan.splits > 1 && !l.params.tile_counters) {
     const int64_t total = int64_t(l.params.m) * l.params.n;
     const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));

@@ -1,6 +1,6 @@
 // The Hopper GEMM core: y[M,N] = epilogue(x[M,K] · W[N,K]ᵀ), the "TN" GEMM of a linear layer
 // (activations row-major M×K, weights row-major N×K, both K-contiguous): bf16 operands with fp32
-// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (per-tensor or block scales),
+// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (block scales) or 512 (per tensor),
 // or s8 with s32 accumulation; bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
 // a producer warp and one or two consumer warpgroups, a persistent grid over a grouped (swizzled)
 // tile order, and an epilogue of scales, bias, activation and residual add. The planner
@@ -33,6 +33,12 @@ struct Epilogue {
   Activation activation = Activation::none;
 };
 
+// FP8 with one scale per tensor: the K blocks (128 deep) the tensor cores accumulate between
+// promotions into fp32 registers (block scales promote every block, where the scales change). Hopper's
+// FP8 accumulation keeps ~14 bits (DeepSeek-V3 §3.3.2): 512 deep stays far inside the check's one
+// bf16 rounding (docs/checks.md; NOTES.md has the arithmetic), and 3 stages in 4 skip the wait.
+constexpr int kTensorPromoteBlocks = 4;
+
 struct GemmArgs {
   Operands operands = Operands::bf16;
   const void* a = nullptr;  // [M, K] row-major, of `operands`
@@ -56,6 +62,7 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
   const float* b_block_scale;
   int scale_groups;
+  int promote_blocks;   // FP8: K blocks between promotions (1 with block scales)
   int m, n, k_blocks;
   int m_tiles, n_tiles, splits, group;
   Epilogue epilogue;

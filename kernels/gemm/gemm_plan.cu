@@ -25,11 +25,11 @@ const char* tile_name(TileShape t) {
 
 int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
 
-int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms)); }
+int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms / cluster_m * cluster_m)); }
 
 std::string GemmPlan::describe() const {
-  return fmt::format("{} tiles, {} split{}, {} units, raster group {}", tile_name(tile), splits, splits == 1 ? "" : "s",
-                     units(), group);
+  return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
+                     splits == 1 ? "" : "s", units(), group, cluster_m);
 }
 
 double wave_efficiency(int64_t units, int sms) {
@@ -37,7 +37,7 @@ double wave_efficiency(int64_t units, int sms) {
   return waves == 0 ? 1.0 : double(units) / double(waves * sms);
 }
 
-GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands) {
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, PlanOptions options) {
   GemmPlan plan;
   plan.operands = operands;
   plan.k_blocks = ceil_div(k, block_k(operands));
@@ -50,7 +50,14 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands) 
     set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
     const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
-    if (!streams) return plan;
+    if (!streams) {
+      const int64_t padded = ceil_div(plan.m_tiles, kClusterM) * kClusterM;
+      if (options.clusters && plan.m_tiles * plan.n_tiles >= sms && 8 * (padded - plan.m_tiles) <= plan.m_tiles) {
+        plan.cluster_m = kClusterM;
+        plan.m_tiles = padded;
+      }
+      return plan;
+    }
   }
   set_tile(TileShape::m64n128);
   const int64_t tiles = plan.m_tiles * plan.n_tiles;

@@ -14,7 +14,7 @@ namespace topt::kernels::gemm {
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
 enum class TileShape { m128n256, m128n128, m64n128 };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
-// of K per row). FP8 accumulates each 128-deep K block apart and promotes it into fp32 registers
+// of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
 // (twice the accumulators), so its widest tile is 128×128.
 enum class Operands { bf16, e4m3, s8 };
 int block_k(Operands o);  // K per pipeline stage: one 128-byte swizzled row
@@ -23,21 +23,31 @@ int tile_n(TileShape t);
 const char* tile_name(TileShape t);
 
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
-constexpr int kMinSplitKBlocks = 4;     // the fewest K blocks (256 of K) a split streams
+constexpr int kMinSplitKBlocks = 2;     // the fewest K blocks (128 of K bf16) a split streams
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
-constexpr int kSplitMaxM = 128;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
+constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
+constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 
 struct GemmPlan {
   Operands operands = Operands::bf16;
   TileShape tile = TileShape::m128n256;
   int splits = 1;          // K slices per tile; > 1: fp32 partials in the workspace, then a reduce kernel
   int group = kRasterGroup;
+  // CTAs per thread-block cluster, along M: 1, or kClusterM CTAs on adjacent M tiles of one N tile,
+  // each fetching 1/cluster_m of the W tile and multicasting it to all. m_tiles is then a multiple of
+  // cluster_m (a padded tile lies past M: TMA reads zeros, the epilogue stores nothing).
+  int cluster_m = 1;
   int64_t m_tiles = 0, n_tiles = 0, k_blocks = 0;
   int64_t units() const { return m_tiles * n_tiles * splits; }  // work items of the persistent grid
-  int grid(int sms) const;                                     // CTAs launched: one per SM at most
-  std::string describe() const;                                // "128x256 tiles, 1 split, 448 units, ..."
+  int grid(int sms) const;  // CTAs launched: one per SM at most, whole clusters
+  std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
+};
+
+// What the planner may choose beyond tiles and splits (the `ours` rungs differ here).
+struct PlanOptions {
+  bool clusters = false;  // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
 };
 
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
@@ -46,8 +56,14 @@ struct GemmPlan {
 //   the weights must stream through every SM.
 // Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
 //   Except up to kSplitMaxM rows where even 128×128 tiles leave half the SMs idle (M = 128 at N = 4096:
-//   32 tiles): the weights' read still sets the time there, so the small-M plan streams them.
-GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16);
+//   32 tiles; M = 130 at N = 1000: 16): the weights' read still sets the time there, and one SM
+//   streams a tile's whole K far below its share of the read rate, so the small-M plan streams them
+//   (M = 130: 3 x 8 tiles of 64 rows, split).
+// With options.clusters, an unsplit 128-row plan whose tiles fill at least one wave runs clusters of
+//   kClusterM along M, where padding M to whole clusters adds at most 1/8 of the tiles: per stage a
+//   CTA then reads its A and half of W from L2 (128x256 bf16: 32 KB instead of 48).
+GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16,
+                   PlanOptions options = {});
 
 // Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).
 double wave_efficiency(int64_t units, int sms);

@@ -1,6 +1,7 @@
 // The persistent grid's work order, shared by the kernels and the unit tests: unit u is split
 // u % splits of tile u / splits, and tiles go in groups of `group` M tiles that walk the N tiles
-// together (Triton's grouped order), so that a wave's CTAs share B tiles and A tiles in L2.
+// together (Triton's grouped order), so that a wave's CTAs share B tiles and A tiles in L2. Clusters
+// along M walk the same order over clusters of M tiles.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -26,6 +27,17 @@ __host__ __device__ inline GemmUnit gemm_unit(int u, int m_tiles, int n_tiles, i
   unit.n_block = in_group / group_m;
   unit.k_begin = int(int64_t(unit.split) * k_blocks / splits);
   unit.k_end = int(int64_t(unit.split + 1) * k_blocks / splits);
+  return unit;
+}
+
+// The unit of CTA `rank` in a cluster of `cluster_m` CTAs along M: the cluster takes unit u of the
+// grouped order over clusters of M tiles (m_tiles a multiple of cluster_m; `group` in M tiles), and
+// its CTAs the adjacent M tiles of one N tile and K range, so that they can share the W tile.
+__host__ __device__ inline GemmUnit gemm_cluster_unit(int u, int rank, int cluster_m, int m_tiles, int n_tiles,
+                                                      int splits, int group, int k_blocks) {
+  const int cluster_group = group / cluster_m > 0 ? group / cluster_m : 1;
+  GemmUnit unit = gemm_unit(u, m_tiles / cluster_m, n_tiles, splits, cluster_group, k_blocks);
+  unit.m_block = unit.m_block * cluster_m + rank;
   return unit;
 }
 

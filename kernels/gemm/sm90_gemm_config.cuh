@@ -34,16 +34,22 @@ struct S8Operands {
   static constexpr bool kPromote = false;
 };
 
-template <class Operand_, int kBlockM_, int kBlockN_, int kStages_>
+// kClusterM > 1: CTAs of a thread-block cluster along M (plan.cluster_m), on adjacent M tiles of one
+// N tile. Each CTA's producer fetches 1/kClusterM of every stage's W tile and multicasts it to all, so
+// a stage of a CTA is written by every producer of the cluster, and is free again only when every
+// CTA's consumers have read it: each consumer warp arrives on the empty barrier of every CTA.
+template <class Operand_, int kBlockM_, int kBlockN_, int kStages_, int kClusterM_ = 1>
 struct GemmConfig {
   using Operand = Operand_;
-  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_, kClusterM = kClusterM_;
   static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN == 128 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128 or 256");
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kConsumers = kBlockM / 64;
   // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;  // each releases a stage with one arrival
+  static constexpr int kEmptyArrivals = kConsumerWarps * kClusterM;  // from every CTA of the cluster
   // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 twice, promoted and not):
   // registers move from the producer (which needs ~30) to them. 40·128 + 232·256 fills the 64K
   // register file.
@@ -56,7 +62,10 @@ struct GemmConfig {
   static constexpr uint32_t kABytes = kBlockM * 128;
   static constexpr uint32_t kBBytes = kBlockN * 128;
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
+  // The rows of W each producer of a cluster fetches and multicasts: (kBlockN / kClusterM, kBlockK).
+  static constexpr int kBRowsPerCta = kBlockN / kClusterM;
+  static constexpr uint32_t kBBytesPerCta = kBRowsPerCta * 128;
+  static_assert(kABytes % 1024 == 0 && kBBytesPerCta % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
   // From a 1024-byte-aligned base: the A ring, the B ring, then full[stage] and empty[stage] barriers.
   static constexpr uint32_t kOffA = 0;
   static constexpr uint32_t kOffB = kOffA + kStages * kABytes;
@@ -65,11 +74,11 @@ struct GemmConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
 };
 
-// The plan's tile shapes (gemm_plan.h), each with its depth.
-template <class Operand>
-using GemmConfig128x256 = GemmConfig<Operand, 128, 256, 4>;
-template <class Operand>
-using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6>;
+// The plan's tile shapes (gemm_plan.h), each with its depth; the 128-row ones also in clusters.
+template <class Operand, int kClusterM = 1>
+using GemmConfig128x256 = GemmConfig<Operand, 128, 256, 4, kClusterM>;
+template <class Operand, int kClusterM = 1>
+using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6, kClusterM>;
 template <class Operand>
 using GemmConfig64x128 = GemmConfig<Operand, 64, 128, 8>;
 

@@ -1,16 +1,18 @@
 // The GEMM core's main loop: the TMA producer and the consumer warpgroups.
 //
 // Both walk the same units (gemm_schedule.h): CTA b takes units b, b + gridDim.x, ... (a persistent
-// grid of at most one CTA per SM; every unit costs the same, so a static order balances).
+// grid of at most one CTA per SM; every unit costs the same, so a static order balances). In clusters
+// along M (C::kClusterM > 1) the cluster walks the units, its CTAs on adjacent M tiles sharing W.
 // The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, kBlockK)
 // and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
 // (every consumer warp done reading). It runs ahead into the next unit while the consumers store
 // this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
 // partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows
 // of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
-// in flight, so a stage is released when the next stage's group is issued; FP8 waits for each stage's
-// group and promotes its products into the fp32 accumulators (times the stage's block scales), the
-// other consumer's MMAs running meanwhile.
+// in flight, so a stage is released when the next stage's group is issued; FP8 does the same within
+// a run of promote_blocks stages (1 with block scales, 4 per tensor), then waits for the run's groups
+// and promotes its products into the fp32 accumulators (times the stage's block scales), the other
+// consumer's MMAs running meanwhile.
 #pragma once
 #include <cstdint>
 
@@ -35,30 +37,60 @@ template <class C>
 __device__ __forceinline__ void init_gemm_barriers(const GemmBars<C>& b) {
   for (int s = 0; s < C::kStages; ++s) {
     mbar_init(b.full(s), 1);
-    mbar_init(b.empty(s), C::kConsumerWarps);
+    mbar_init(b.empty(s), C::kEmptyArrivals);
   }
   mbar_init_fence();
 }
 
-__device__ __forceinline__ GemmUnit unit_of(const GemmParams& p, int u) {
-  return gemm_unit(u, p.m_tiles, p.n_tiles, p.splits, p.group, p.k_blocks);
+// This CTA's rank in its cluster along M, and the units it walks: its cluster's, u = cluster,
+// cluster + clusters, ... (a persistent grid of whole clusters; without clusters, CTA b's).
+template <class C>
+struct GemmWalk {
+  int rank = 0, first = 0, stride = 0, count = 0;
+  __device__ __forceinline__ explicit GemmWalk(const GemmParams& p) {
+    if constexpr (C::kClusterM > 1) rank = int(cluster_ctarank());
+    first = blockIdx.x / C::kClusterM;
+    stride = gridDim.x / C::kClusterM;
+    count = p.m_tiles / C::kClusterM * p.n_tiles * p.splits;
+  }
+  __device__ __forceinline__ GemmUnit unit(const GemmParams& p, int u) const {
+    return gemm_cluster_unit(u, rank, C::kClusterM, p.m_tiles, p.n_tiles, p.splits, p.group, p.k_blocks);
+  }
+};
+
+// A consumer warp's lane 0 frees a stage: in a cluster, in every CTA (each one's producer writes it).
+template <class C>
+__device__ __forceinline__ void release_stage(uint32_t empty_bar) {
+  if constexpr (C::kClusterM > 1) {
+#pragma unroll
+    for (int r = 0; r < C::kClusterM; ++r) mbar_arrive_cluster(empty_bar, r);
+  } else {
+    mbar_arrive(empty_bar);
+  }
 }
 
 template <class C>
 __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   const GemmBars<C> bars{smem + C::kOffBar};
-  const int units = p.m_tiles * p.n_tiles * p.splits;
+  const GemmWalk<C> walk(p);
   RingPos<C::kStages> pos;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const GemmUnit unit = unit_of(p, u);
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
+    const GemmUnit unit = walk.unit(p, u);
     for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+      // In a cluster the stage is free in every CTA (the empty barrier counts all their consumers), and
+      // this CTA's full barrier expects the whole stage: its A, and W from every producer.
       mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
       mbar_arrive_expect_tx(bars.full(pos.stage), C::kStageBytes);
       const int k0 = kb * C::Operand::kBlockK;
       tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), k0,
                   unit.m_block * C::kBlockM);
-      tma_load_2d(smem + C::kOffB + pos.stage * C::kBBytes, &p.tma_b, bars.full(pos.stage), k0,
-                  unit.n_block * C::kBlockN);
+      // (kBlockN / kClusterM, kBlockK) of W: this CTA's share of the tile
+      const uint32_t b_dst = smem + C::kOffB + pos.stage * C::kBBytes + walk.rank * C::kBBytesPerCta;
+      const int b_row = unit.n_block * C::kBlockN + walk.rank * C::kBRowsPerCta;
+      if constexpr (C::kClusterM > 1)
+        tma_load_2d_multicast(b_dst, &p.tma_b, bars.full(pos.stage), k0, b_row, (1u << C::kClusterM) - 1);
+      else
+        tma_load_2d(b_dst, &p.tma_b, bars.full(pos.stage), k0, b_row);
       pos.advance();
     }
   }
@@ -113,7 +145,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
   using Acc = typename C::Operand::Acc;
   constexpr int kAcc = C::kBlockN / 2;
   const GemmBars<C> bars{smem + C::kOffBar};
-  const int units = p.m_tiles * p.n_tiles * p.splits;
+  const GemmWalk<C> walk(p);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const float tensor = tensor_scale(p.epilogue);
   // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart.
@@ -123,23 +155,38 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
   RingPos<C::kStages> pos;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const GemmUnit unit = unit_of(p, u);
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
+    const GemmUnit unit = walk.unit(p, u);
     const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {
       const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
-      float part[kAcc];  // this stage's products, promoted into acc
-      for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
-        mbar_wait(bars.full(pos.stage), pos.phase);
-        issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
-                       desc_advance(b_desc0, pos.stage * C::kBBytes), true);
-        // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per stage).
-        const float2 s = stage_scales(p, r, unit.n_block, kb);
+      float part[kAcc];  // the products since the last promotion, promoted into acc
+      // Each run of promote_blocks stages chains into `part` as bf16's stages chain into acc (one group
+      // in flight, the previous stage released); then all groups are waited for and `part` promoted.
+      // (A promotion inside the stage loop, behind a branch, made ptxas serialize the wgmma: C7517/C7518.)
+      // The one-consumer (small-M) kernel promotes every stage: the weights' read sets its time, and
+      // the runs' loop state spilled its 255 registers.
+      const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
+      for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
+        const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
+        int in_flight = -1;
+        float2 s = make_float2(1.f, 1.f);
+        for (int kb = kb0; kb < kb_end; ++kb) {
+          mbar_wait(bars.full(pos.stage), pos.phase);
+          issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                         desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
+          // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per
+          // stage). Block scales promote every stage, so the run's last stage's are the run's.
+          s = stage_scales(p, r, unit.n_block, kb);
+          wgmma_wait<1>();
+          if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
+          in_flight = pos.stage;
+          pos.advance();
+        }
         wgmma_wait<0>();
         fence_regs(part);
-        if (lane == 0) mbar_arrive(bars.empty(pos.stage));
-        pos.advance();
-        const bool first = kb == unit.k_begin;
+        if (lane == 0) release_stage<C>(bars.empty(in_flight));
+        const bool first = kb0 == unit.k_begin;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? s.x : s.y);
       }
@@ -150,13 +197,13 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         issue_stage<C>(acc, desc_advance(a_desc0, pos.stage * C::kABytes),
                        desc_advance(b_desc0, pos.stage * C::kBBytes), kb == unit.k_begin);
         wgmma_wait<1>();  // the previous stage's group is done: release it
-        if (in_flight >= 0 && lane == 0) mbar_arrive(bars.empty(in_flight));
+        if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
         in_flight = pos.stage;
         pos.advance();
       }
       wgmma_wait<0>();
       fence_regs(acc);
-      if (lane == 0) mbar_arrive(bars.empty(in_flight));
+      if (lane == 0) release_stage<C>(bars.empty(in_flight));
     }
     // K splits run on the one-consumer (small-M) shape only (gemm_plan; prepare_gemm checks): the wide
     // tiles keep the summing code, and the registers of an fp32 copy of s32 accumulators, out of their

@@ -82,9 +82,11 @@ namespace {
 
 class CoreGemm : public Instance {
  public:
-  CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra, kernels::gemm::SplitReduce reduce, cudaStream_t stream)
+  CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra, kernels::gemm::SplitReduce reduce,
+           kernels::gemm::PlanOptions options, cudaStream_t stream)
       : extra_(std::move(extra)) {
-    const auto plan = kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands);
+    const auto plan =
+        kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands, options);
     workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan, reduce), "gemm split-K partials");
     launch_ = kernels::gemm::prepare_gemm(args, plan, workspace_.get(), stream, reduce);
   }
@@ -97,7 +99,8 @@ class CoreGemm : public Instance {
                        {"plan_tile_n", kernels::gemm::tile_n(plan.tile)},
                        {"plan_splits", plan.splits},
                        {"plan_units", double(plan.units())},
-                       {"plan_grid", launch_.grid}});
+                       {"plan_grid", launch_.grid},
+                       {"plan_cluster", plan.cluster_m}});
     return m;
   }
 
@@ -142,21 +145,28 @@ class CublasLtGemm : public Instance {
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                                   std::function<Metrics(const Problem&)> extra_of) {
-  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce) {
-    return [args_of, extra_of, reduce](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s);
+  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options) {
+    return [args_of, extra_of, reduce, options](const Problem& p, const Case&,
+                                                cudaStream_t s) -> std::unique_ptr<Instance> {
+      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options);
     };
   };
-  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel), "weights"},
+  const kernels::gemm::PlanOptions single, clusters{true};
+  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, single), "weights"},
           {"ours_v2", Role::ours,
            "ours; split-K partials summed by each tile's last split inside the GEMM kernel (an arrival counter per "
            "tile): no second launch",
-           unsupported, prepare(kernels::gemm::SplitReduce::last_split), "weights"}};
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, single), "weights"},
+          {"ours_v2_cluster", Role::ours,
+           "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
+           "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, clusters), "weights"}};
 }
 
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
-                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream) {
-  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, stream);
+                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream,
+                                             kernels::gemm::PlanOptions options) {
+  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, options, stream);
 }
 
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,

@@ -1,7 +1,7 @@
 // gemm_fp8 and gemm_int8: the TN GEMM of gemm_bf16 on quantized operands, bf16 out.
 //   gemm_fp8: E4M3 x and W with a scale per tensor (scaling=tensor) or DeepSeek-V3's blocks
 //     (scaling=block: x per token and 128 of K, W per 128×128), fp32 accumulation promoted every 128
-//     of K.
+//     of K with block scales, every 512 with one scale per tensor (kernels/gemm/gemm.h).
 //   gemm_int8 (W8A8, SmoothQuant-style): int8 x with a scale per token, int8 W with a scale per output
 //     channel, s32 accumulation, dequantized in the epilogue.
 // The quantize step runs when the problem is made (kernels/gemm/quantize.h), so every implementation
@@ -62,8 +62,8 @@ class QuantGemmProblem : public ProductReferenceProblem<QuantGemmProblem> {
   // y: its own rounding to bf16 after an fp32 sum over K. INT8: exact s32 sums, then the conversion
   // and two scale products in fp32 (3 fp32 roundings), and where K is split, each split's partial
   // converted and summed in fp32 (up to kMaxSplits more). FP8: products exact in fp32, but the tensor
-  // cores accumulate a 128-deep block with fewer bits than fp32 (DeepSeek-V3: ~14) before it is
-  // promoted: counted as one bf16-sized rounding of the sum's terms.
+  // cores accumulate up to 512 of K with fewer bits than fp32 (DeepSeek-V3: ~14) before it is
+  // promoted: counted as one bf16-sized rounding of the sum's terms (kernels/gemm/NOTES.md's bound).
   std::vector<OutputSpec> output_specs() const override {
     if (scheme == Scheme::int8_rows)
       return {{"y", {"row", "col"}, {DType::bf16, 1, 0, 3 + kernels::gemm::kMaxSplits}}};
@@ -290,9 +290,10 @@ Impl cublaslt_impl(const char* note, std::function<std::string(const Case&)> uns
 void register_gemm_fp8(Registry& registry) {
   OpDef op = quant_gemm_op("gemm_fp8",
                            "y[M,N] = x[M,K] . W[N,K]^T on E4M3 codes of x and W (TN), per-tensor or 1x128/128x128 "
-                           "block scales, fp32 accumulation promoted every 128 of K, bf16 out",
-                           "the sm90 core on E4M3 (wgmma k32), each 128-deep stage promoted into fp32 registers times "
-                           "its block scales; 64x128 split-K at small M, else 128x128",
+                           "block scales, fp32 accumulation promoted every 128 of K (block) or 512 (tensor), bf16 out",
+                           "the sm90 core on E4M3 (wgmma k32), promoted into fp32 registers every 128-deep stage times "
+                           "its block scales, or every 4 stages with one scale per tensor; 64x128 split-K at small M, "
+                           "else 128x128",
                            Operands::e4m3);
   op.axes.push_back({"scaling", Axis::Kind::string, Value(std::string("tensor")),
                      "tensor: one scale per tensor; block: x per token and 128 of K, W per 128x128 (DeepSeek-V3)"});

@@ -43,16 +43,18 @@ ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink);
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 // The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
-// "weights": `ours` (`ours_note`; split-K partials summed by a second kernel) and `ours_v2` (summed
-// by each tile's last split inside the GEMM kernel: no second launch). Metrics: `extra_of`'s, if any,
-// then the plan (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid).
+// "weights": `ours` (`ours_note`; split-K partials summed by a second kernel), `ours_v2` (summed
+// by each tile's last split inside the GEMM kernel: no second launch) and `ours_v2_cluster` (ours_v2
+// with the planner's 2-CTA clusters along M). Metrics: `extra_of`'s, if any, then the plan
+// (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid, plan_cluster).
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                                   std::function<Metrics(const Problem&)> extra_of = {});
 
-// The core on `args`, planned by plan_gemm for this device; metrics `extra`, then the plan's.
+// The core on `args`, planned by plan_gemm for this device (with `options`); metrics `extra`, then the plan's.
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
-                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream);
+                                             kernels::gemm::SplitReduce reduce, cudaStream_t stream,
+                                             kernels::gemm::PlanOptions options = {});
 
 // What a cuBLASLt GEMM instance holds beside the library's own state.
 struct LtExtras {

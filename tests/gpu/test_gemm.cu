@@ -57,15 +57,30 @@ void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>
   }
 }
 
+// The metric `name` of implementation `impl` prepared on case `c`: what the plan chose, or what the
+// instance reports (a failure where it has no such metric).
+double prepared_metric(cudaStream_t stream, const Case& c, const std::string& impl, const std::string& name) {
+  const OpDef* def = builtin_registry().find(c.op);
+  auto problem = def->make_problem(c, 7, stream);
+  auto inst = def->find_impl(impl)->prepare(*problem, c, stream);
+  for (auto& [metric, value] : inst->metrics())
+    if (metric == name) return value;
+  ADD_FAILURE() << c.op << " " << impl << ": no " << name << " metric";
+  return 0.0;
+}
+
 std::vector<GemmCase> gemm_cases() {
   return shape_grid<GemmCase>(
       {{1, 4096, 4096},   // decode: 64x128, 4 splits
        {17, 1000, 1032},  // split-K with tails in M, N and K
        {1, 999, 520},     // N odd: scalar stores, in the partials and in y
        {64, 128, 64},     // one tile, one K block: no split
-       {130, 999, 520},   // 128x128, two M tiles, the second with 2 rows
-       {1, 1, 8}},        // the smallest shape the TMA maps take
-      {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere
+       {130, 999, 520},   // just past 128 rows: 3 x 8 tiles of 64x128, split
+       {200, 999, 520},   // 128x128, two M tiles, the second with 72 rows
+       {1, 1, 8},         // the smallest shape the TMA maps take
+       {256, 16896, 64}},  // clusters at their smallest: 2 x 66 tiles of 128x256, one K block
+      {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere; clusters: 8 M tiles paired
+       {1100, 4900, 1032},  // clusters: 9 M tiles padded to 10, the last W tile's second half wholly past N
        {2048, 4096, 4096}});
 }
 
@@ -78,15 +93,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  expect_impls_pass(*this, c, {"cublaslt", "ours", "ours_v2"}, [&](const Case& cc, const std::string& impl) {
-    return run_and_check(cc, impl);
-  });
+  expect_impls_pass(*this, c, {"cublaslt", "ours", "ours_v2", "ours_v2_cluster"},
+                    [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.
 std::vector<GemmCase> quant_cases() {
-  return shape_grid<GemmCase>({{1, 4096, 4096}, {17, 1000, 1024}, {1, 999, 512}, {130, 999, 640}, {64, 128, 128}},
-                              {{1000, 5000, 1024}, {2048, 4096, 4096}});
+  return shape_grid<GemmCase>({{1, 4096, 4096},
+                               {17, 1000, 1024},
+                               {1, 999, 512},
+                               {130, 999, 640},
+                               {200, 999, 640},
+                               {64, 128, 128},
+                               {256, 16896, 128}},  // clusters: 2 M tiles, one K block
+                              {{1000, 5000, 1024}, {1100, 4900, 1024}, {2048, 4096, 4096}});
 }
 
 class QuantGemmGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<GemmCase, std::string>> {};
@@ -105,7 +125,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
   const bool int8 = scheme == "int8";
   const Case c = make_case(int8 ? "gemm_int8" : "gemm_fp8",
                            gemm_params(shape, int8 ? "" : scheme == "fp8_block" ? "block" : "tensor"), DType::bf16);
-  expect_impls_pass(*this, c, {"cublaslt", "ours", "ours_v2"},
+  expect_impls_pass(*this, c, {"cublaslt", "ours", "ours_v2", "ours_v2_cluster"},
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
@@ -115,13 +135,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
 TEST_F(GpuTest, QuantErrorIsReported) {
   auto quant_error = [&](const std::string& op, const std::string& scaling) {
     const Case c = make_case(op, gemm_params({16, 1024, 1024}, scaling), DType::bf16);
-    const OpDef* def = builtin_registry().find(op);
-    auto problem = def->make_problem(c, 7, stream);
-    auto inst = def->find_impl("ours")->prepare(*problem, c, stream);
-    for (auto& [name, value] : inst->metrics())
-      if (name == "quant_rel_error") return value;
-    ADD_FAILURE() << op << ": no quant_rel_error metric";
-    return 0.0;
+    return prepared_metric(stream, c, "ours", "quant_rel_error");
   };
   const double tensor = quant_error("gemm_fp8", "tensor"), block = quant_error("gemm_fp8", "block"),
                int8 = quant_error("gemm_int8", "");
@@ -188,16 +202,21 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
 // The metrics say which plan ran: decode takes the split-K path.
 TEST_F(GpuTest, GemmDecodePlanSplitsK) {
   const Case c = make_case("gemm_bf16", gemm_params({1, 4096, 4096}), DType::bf16);
-  const OpDef* op = builtin_registry().find("gemm_bf16");
-  auto problem = op->make_problem(c, 1, stream);
-  auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
-  double splits = 0, tile_m = 0;
-  for (auto& [name, value] : inst->metrics()) {
-    if (name == "plan_splits") splits = value;
-    if (name == "plan_tile_m") tile_m = value;
-  }
-  EXPECT_GT(splits, 1);
-  EXPECT_EQ(tile_m, 64);
+  EXPECT_GT(prepared_metric(stream, c, "ours", "plan_splits"), 1);
+  EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_m"), 64);
+}
+
+// ours_v2_cluster runs 2-CTA clusters where the planner pairs M tiles (the tests above then check
+// the multicast path), and single CTAs elsewhere.
+TEST_F(GpuTest, GemmClusterRungPairsMTilesAtLargeM) {
+  auto plan_cluster = [&](const std::string& op, GemmCase g, const std::string& scaling) {
+    return prepared_metric(stream, make_case(op, gemm_params(g, scaling), DType::bf16), "ours_v2_cluster",
+                           "plan_cluster");
+  };
+  EXPECT_EQ(plan_cluster("gemm_bf16", {1100, 4900, 1032}, ""), 2);
+  EXPECT_EQ(plan_cluster("gemm_fp8", {1100, 4900, 1024}, "tensor"), 2);
+  EXPECT_EQ(plan_cluster("gemm_int8", {1000, 5000, 1024}, ""), 2);
+  EXPECT_EQ(plan_cluster("gemm_bf16", {17, 1000, 1032}, ""), 1);
 }
 
 // The quantize ops: both impls' dequantized codes within the codes' rounding of x, on one token,

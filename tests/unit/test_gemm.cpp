@@ -72,6 +72,15 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_EQ(m128.tile, TileShape::m64n128);
   EXPECT_EQ(m128.splits, 2);
   EXPECT_EQ(m128.units(), 128);
+  // M = 130, N = 1000 (K = 1032: 17 blocks): 16 tiles of 128x128 would each stream all of K on 16
+  // SMs; 3 x 8 tiles of 64x128 split 5 ways make 120 units, 91% of a wave.
+  const GemmPlan m130 = plan_gemm(130, 1000, 1032, kH100Sms);
+  EXPECT_EQ(m130.tile, TileShape::m64n128);
+  EXPECT_EQ(m130.m_tiles, 3);
+  EXPECT_EQ(m130.splits, 5);
+  // Past kSplitMaxM rows, no split: M = 200 takes 2 x 8 tiles of 128x128.
+  EXPECT_EQ(plan_gemm(200, 1000, 1032, kH100Sms).tile, TileShape::m128n128);
+  EXPECT_EQ(plan_gemm(200, 1000, 1032, kH100Sms).splits, 1);
   // ... but not where 128x128 tiles fill the GPU (70B gate+up: 448 tiles).
   EXPECT_EQ(plan_gemm(128, 57344, 8192, kH100Sms).tile, TileShape::m128n256);
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms).tile, TileShape::m128n256);  // 224 tiles
@@ -90,6 +99,69 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   EXPECT_EQ(p.k_blocks, 32);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.operands, Operands::e4m3);
+}
+
+TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
+  using kernels::gemm::Operands;
+  const kernels::gemm::PlanOptions clusters{true};
+  // 7B O at M = 2048: 16 x 16 tiles of 128x256 fill the GPU; 8 clusters of 2 M tiles per N tile.
+  const GemmPlan p = plan_gemm(2048, 4096, 4096, kH100Sms, Operands::bf16, clusters);
+  EXPECT_EQ(p.tile, TileShape::m128n256);
+  EXPECT_EQ(p.cluster_m, 2);
+  EXPECT_EQ(p.m_tiles, 16);
+  EXPECT_EQ(p.grid(kH100Sms), 132);
+  EXPECT_NE(p.describe().find("cluster 2x1"), std::string::npos) << p.describe();
+  // Without the option, the same tiles in single CTAs.
+  const GemmPlan single = plan_gemm(2048, 4096, 4096, kH100Sms);
+  EXPECT_EQ(single.cluster_m, 1);
+  EXPECT_EQ(single.units(), p.units());
+  // FP8's 128x128 tiles and INT8's 128x256 pair the same way.
+  EXPECT_EQ(plan_gemm(2048, 4096, 4096, kH100Sms, Operands::e4m3, clusters).cluster_m, 2);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8, clusters).cluster_m, 2);
+  // An odd M tile count is padded to whole clusters where that adds at most 1/8 of the tiles:
+  // M = 1100 is 9 tiles, padded to 10, on 20 N tiles of 5000.
+  const GemmPlan odd = plan_gemm(1100, 5000, 1032, kH100Sms, Operands::bf16, clusters);
+  EXPECT_EQ(odd.cluster_m, 2);
+  EXPECT_EQ(odd.m_tiles, 10);
+  EXPECT_EQ(odd.units(), 10 * 20);
+  // 3 M tiles would be padded by a third: single CTAs (M = 300, N = 16384: 3 x 64 tiles).
+  EXPECT_EQ(plan_gemm(300, 16384, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  // One M tile never pairs (M = 65, 70B gate+up: 224 tiles).
+  EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  // Tiles short of a wave stay single (M = 256, N = 4096: 64 tiles of 128x128), and split plans too.
+  EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  // A grid of whole clusters: an odd SM count leaves one SM out.
+  EXPECT_EQ(p.grid(131), 130);
+}
+
+TEST(GemmSchedule, ClustersTakeAdjacentMTilesOfOneColumnAndCoverEveryTileOnce) {
+  for (int m_tiles : {2, 10, 16})
+    for (int n_tiles : {1, 5, 16})
+      for (int group : {1, 8}) {
+        SCOPED_TRACE(testing::Message() << m_tiles << "x" << n_tiles << " tiles, group " << group);
+        std::set<std::pair<int, int>> seen;
+        for (int u = 0; u < m_tiles / 2 * n_tiles; ++u) {
+          const auto first = kernels::gemm::gemm_cluster_unit(u, 0, 2, m_tiles, n_tiles, 1, group, 7);
+          const auto second = kernels::gemm::gemm_cluster_unit(u, 1, 2, m_tiles, n_tiles, 1, group, 7);
+          EXPECT_EQ(first.m_block % 2, 0);
+          EXPECT_EQ(second.m_block, first.m_block + 1);
+          EXPECT_EQ(second.n_block, first.n_block);
+          EXPECT_EQ(second.k_begin, first.k_begin);
+          EXPECT_EQ(second.k_end, first.k_end);
+          EXPECT_TRUE(seen.insert({first.m_block, first.n_block}).second);
+          EXPECT_TRUE(seen.insert({second.m_block, second.n_block}).second);
+        }
+        EXPECT_EQ(int(seen.size()), m_tiles * n_tiles);
+        EXPECT_LT(seen.rbegin()->first, m_tiles);
+      }
+  // A cluster of one is the plain order.
+  for (int u = 0; u < 13 * 4; ++u) {
+    const auto a = kernels::gemm::gemm_cluster_unit(u, 0, 1, 13, 4, 1, 8, 3);
+    const auto b = kernels::gemm::gemm_unit(u, 13, 4, 1, 8, 3);
+    EXPECT_EQ(std::make_pair(a.m_block, a.n_block), std::make_pair(b.m_block, b.n_block));
+  }
 }
 
 TEST(GemmSchedule, EveryTileAndSplitIsOneUnitAndSplitsCoverK) {
