@@ -98,7 +98,8 @@ template <bool kCausal>
 void launch_softmax(const char* op, const char* width_axis, const void* x, void* y, int64_t rows, int64_t cols,
                     float scale, DType dtype, SoftmaxAlgo algo, bool read_masked, RowStorage storage,
                     RowSplit split, CausalSchedule schedule, void* scratch, cudaStream_t stream) {
-  const std::string why = kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype);
+  const std::string why =
+      kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype);
   if (!why.empty()) throw Unsupported(std::string(op) + ": " + why);
   if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
   if (storage == RowStorage::shared_memory)

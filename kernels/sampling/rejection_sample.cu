@@ -36,6 +36,13 @@ __device__ __forceinline__ unsigned order_key(float x) {
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
+// Row i of sequence b: of the target [batch, K + 1, V] or the draft [batch, K, V].
+template <class T>
+__device__ __forceinline__ const T* sequence_row(const T* target, const T* draft, int draft_len, int vocab, int b,
+                                                 bool target_row, int i) {
+  return target_row ? target + (size_t(b) * (draft_len + 1) + i) * vocab : draft + (size_t(b) * draft_len + i) * vocab;
+}
+
 // Calls f(index, x) for every element of a row of `n` T, 16-byte loads where the row allows, each
 // thread taking elements t, t + blockDim.x, ... (vectors of them).
 template <class T, class F>
@@ -62,7 +69,9 @@ struct MergeMaxSumArg {
   float scale_log2e;
   __device__ __forceinline__ MaxSumArg operator()(const MaxSumArg& a, const MaxSumArg& b) const {
     const float m = fmaxf(a.max, b.max);
-    auto rescaled = [&](const MaxSumArg& v) { return v.max == -INFINITY ? 0.f : v.sum * exp2f((v.max - m) * scale_log2e); };
+    auto rescaled = [&](const MaxSumArg& v) {
+      return v.max == -INFINITY ? 0.f : v.sum * exp2f((v.max - m) * scale_log2e);
+    };
     const int arg = a.max > b.max ? a.argmax : b.max > a.max ? b.argmax : min(a.argmax, b.argmax);
     return {m, rescaled(a) + rescaled(b), arg};
   }
@@ -92,8 +101,9 @@ __global__ void __launch_bounds__(kThreads) row_stats_kernel(const StatsArgs<T> 
   __shared__ float s_mass;
   const int rows = 2 * a.draft_len + 1;
   const int b = blockIdx.x / rows, r = blockIdx.x % rows;
-  const T* row = r <= a.draft_len ? a.target + (size_t(b) * (a.draft_len + 1) + r) * a.vocab
-                                  : a.draft + (size_t(b) * a.draft_len + (r - a.draft_len - 1)) * a.vocab;
+  const bool target_row = r <= a.draft_len;
+  const T* row =
+      sequence_row(a.target, a.draft, a.draft_len, a.vocab, b, target_row, target_row ? r : r - a.draft_len - 1);
   const MergeMaxSumArg merge{a.scale_log2e};
   MaxSumArg mine{-INFINITY, 0.f, INT32_MAX};
   for_each_in_row(row, a.vocab, [&](int i, float x) { mine = merge(mine, {x, 1.f, i}); });
@@ -139,7 +149,7 @@ struct LogitRows {
   int draft_len, vocab;
   float scale_log2e;
   __device__ const T* row(int b, bool target_row, int i) const {
-    return target_row ? target + (size_t(b) * (draft_len + 1) + i) * vocab : draft + (size_t(b) * draft_len + i) * vocab;
+    return sequence_row(target, draft, draft_len, vocab, b, target_row, i);
   }
   __device__ const RowStats& stat(int b, bool target_row, int i) const {
     return stats[size_t(b) * (2 * draft_len + 1) + (target_row ? i : draft_len + 1 + i)];
@@ -163,7 +173,7 @@ struct ProbRows {
   const float* draft;
   int draft_len, vocab;
   __device__ const float* row(int b, bool target_row, int i) const {
-    return target_row ? target + (size_t(b) * (draft_len + 1) + i) * vocab : draft + (size_t(b) * draft_len + i) * vocab;
+    return sequence_row(target, draft, draft_len, vocab, b, target_row, i);
   }
   __device__ float prob(int b, bool target_row, int i, int token) const { return row(b, target_row, i)[token]; }
   // Block-collective: the lowest index of the largest probability.

@@ -313,7 +313,8 @@ void register_rejection_sample(Registry& registry) {
   op.reference_note = "CPU double with the same Philox uniforms, at a Philox offset where no decision is within "
                       "1e-5 of a tie; the output distribution is tested apart (tests/gpu, chi-square over 10^6 draws)";
   op.axes = {{"batch", Axis::Kind::integer, std::nullopt, "sequences"},
-             {"draft_len", Axis::Kind::integer, std::nullopt, "K: draft tokens per sequence (the target has K + 1 rows)"},
+             {"draft_len", Axis::Kind::integer, std::nullopt,
+              "K: draft tokens per sequence (the target has K + 1 rows)"},
              {"vocab", Axis::Kind::integer, std::nullopt, "vocabulary size V"},
              {"temperature", Axis::Kind::number, Value(1.0), "logits / temperature before the softmax"},
              {"top_p", Axis::Kind::number, Value(1.0), "keep the tokens whose more probable ones hold < top_p"},
