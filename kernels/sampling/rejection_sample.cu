@@ -241,6 +241,11 @@ __device__ int block_draw(const Rows& rows, int b, int i, bool with_draft, float
   }
   __syncthreads();
   const float target = u * s_total;
+  // Thread k owns [before_k, before_(k+1)) of the chunk: the bounds come from the one scan, so the
+  // spans tile the chunk with no gap whatever the rounding. (A scan's float prefixes may fail to be
+  // monotone by a rounding, so two threads could claim a target within a rounding of a bound: the
+  // reference's tie margin keeps checked cases clear of that.)
+  __shared__ float s_before[kThreads];
   float base = 0.f;
   for (int chunk = 0; chunk < rows.vocab; chunk += kDrawVec * int(blockDim.x)) {
     const int first = chunk + int(threadIdx.x) * kDrawVec;
@@ -253,18 +258,26 @@ __device__ int block_draw(const Rows& rows, int b, int i, bool with_draft, float
     float before = 0.f, chunk_total = 0.f;
     Scan(temp.scan).ExclusiveSum(span, before, chunk_total);
     before += base;
-    if (span > 0.f && before <= target && target < before + span) {
-      int found = -1;
+    const float end = base + chunk_total;
+    s_before[threadIdx.x] = before;
+    __syncthreads();
+    const float next = threadIdx.x + 1 < blockDim.x ? s_before[threadIdx.x + 1] : end;
+    if (span > 0.f && before <= target && target < next) {
+      // The first of its tokens whose running sum passes the target; its last token with weight
+      // where rounding leaves the running sum short of it.
+      int found = -1, last_weighted = -1;
+      float running = before;
 #pragma unroll
       for (int j = 0; j < kDrawVec; ++j) {
-        before += r[j];
-        if (found < 0 && r[j] > 0.f && (before > target || j == kDrawVec - 1)) found = first + j;
+        running += r[j];
+        if (r[j] > 0.f) last_weighted = first + j;
+        if (found < 0 && r[j] > 0.f && running > target) found = first + j;
       }
-      s_token = found;
+      s_token = found >= 0 ? found : last_weighted;
     }
     __syncthreads();
     if (s_token >= 0) break;
-    base += chunk_total;
+    base = end;
   }
   const int token = s_token >= 0 ? s_token : s_last;
   __syncthreads();
