@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <random>
 
+#include "baselines/cudnn/cudnn_softmax.h"
+#include "baselines/flashinfer/flashinfer_sampling.h"
 #include "harness/stats.h"
 #include "kernels/sampling/philox.h"
 #include "kernels/sampling/rejection_sample.h"
@@ -172,6 +174,42 @@ INSTANTIATE_TEST_SUITE_P(Params, RejectionSampleDistribution,
                            return "t" + std::to_string(int(info.param.temperature * 10)) + "_p" +
                                   std::to_string(int(info.param.top_p * 10));
                          });
+
+// The composed baseline's decision kernel and FlashInfer's chain sampler, over cuDNN's probabilities
+// of the same rows (temperature 1), pass the same test: the peer's rows also check exactly, but its
+// algorithm is its own, so its distribution is tested here too.
+TEST_F(GpuTest, RejectionSampleDistributionOfTheBaselineAndThePeer) {
+  const Replicated r = make_rows(2, 64, 7);
+  kernels::SamplingParams params{1.f, 1.f, false, 99, 0};
+  std::vector<std::vector<double>> p, q;
+  for (int64_t i = 0; i <= r.k; ++i)
+    p.push_back(suites::filtered_probabilities(as_doubles(r.target.data() + i * r.vocab, r.vocab), 1.0, 1.0));
+  for (int64_t i = 0; i < r.k; ++i)
+    q.push_back(suites::filtered_probabilities(as_doubles(r.draft.data() + i * r.vocab, r.vocab), 1.0, 1.0));
+  const int64_t b = Replicated::kBatch;
+  DeviceBuffer probs(size_t(b * (2 * r.k + 1) * r.vocab) * sizeof(float)), scratch(size_t(b) * sizeof(int32_t));
+  for (bool flashinfer : {false, true}) {
+    auto composed = [&](const kernels::RejectionBatch& batch, const kernels::SamplingParams& sp) {
+      float* target_probs = probs.as<float>();
+      float* draft_probs = target_probs + b * (r.k + 1) * r.vocab;
+      cudnn::softmax_forward(batch.target_logits, target_probs, b * (r.k + 1), r.vocab, DType::f32, stream);
+      cudnn::softmax_forward(batch.draft_logits, draft_probs, b * r.k, r.vocab, DType::f32, stream);
+      if (flashinfer)
+        baselines::flashinfer::chain_speculative_sampling(draft_probs, batch.draft_tokens, target_probs, batch.tokens,
+                                                          batch.accepted, scratch.as<int32_t>(), b, r.k, r.vocab,
+                                                          sp.seed, sp.offset, stream);
+      else
+        kernels::rejection_sample_from_probs(batch, target_probs, draft_probs, sp, stream);
+    };
+    const auto counts = emitted_counts(r, params, q, stream, composed);
+    for (int64_t i = 0; i <= r.k; ++i) {
+      const ChiSquare test = chi_square_test(counts[size_t(i)], p[size_t(i)]);
+      EXPECT_GE(test.p_value, kSignificance) << (flashinfer ? "flashinfer" : "composed") << ", position " << i
+                                             << ": chi-square " << test.statistic << " on " << test.degrees_of_freedom
+                                             << " df";
+    }
+  }
+}
 
 // A sampler fed drafts that did not come from the q it is told (uniform ones here) is biased: the
 // same test must reject it.
