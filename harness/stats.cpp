@@ -50,4 +50,66 @@ SampleStats summarize(std::vector<double> samples) {
   return s;
 }
 
+double regularized_gamma_q(double a, double x) {
+  if (!(a > 0) || x < 0) return NAN;
+  if (x == 0) return 1;
+  const double log_prefactor = -x + a * std::log(x) - std::lgamma(a);
+  constexpr double kEps = 1e-15;
+  constexpr int kMaxTerms = 100000;
+  if (x < a + 1) {  // the series for P(a, x) converges fast here; Q = 1 − P
+    double term = 1 / a, sum = term;
+    for (int n = 1; n < kMaxTerms && std::abs(term) > std::abs(sum) * kEps; ++n) {
+      term *= x / (a + n);
+      sum += term;
+    }
+    return std::max(0.0, 1 - sum * std::exp(log_prefactor));
+  }
+  // Q's continued fraction, by the modified Lentz method.
+  constexpr double kTiny = 1e-300;
+  double b = x + 1 - a, c = 1 / kTiny, d = 1 / b, h = d;
+  for (int i = 1; i < kMaxTerms; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::abs(d) < kTiny) d = kTiny;
+    c = b + an / c;
+    if (std::abs(c) < kTiny) c = kTiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::abs(delta - 1) < kEps) break;
+  }
+  return std::exp(log_prefactor) * h;
+}
+
+ChiSquare chi_square_test(const std::vector<long long>& observed, const std::vector<double>& probabilities) {
+  const long long n = std::accumulate(observed.begin(), observed.end(), 0LL);
+  const double total_p = std::accumulate(probabilities.begin(), probabilities.end(), 0.0);
+  ChiSquare r;
+  double pooled_observed = 0, pooled_expected = 0;
+  int bins = 0;
+  for (size_t i = 0; i < observed.size(); ++i) {
+    const double expected = double(n) * probabilities[i] / total_p;
+    if (expected == 0 && observed[i] > 0) {  // drawn where it cannot be
+      r.statistic = INFINITY;
+      r.p_value = 0;
+      return r;
+    }
+    if (expected < 5) {
+      pooled_observed += double(observed[i]);
+      pooled_expected += expected;
+      continue;
+    }
+    r.statistic += (observed[i] - expected) * (observed[i] - expected) / expected;
+    ++bins;
+  }
+  if (pooled_expected > 0) {
+    r.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+    ++bins;
+  }
+  r.degrees_of_freedom = std::max(1, bins - 1);
+  r.p_value = regularized_gamma_q(r.degrees_of_freedom / 2.0, r.statistic / 2);
+  return r;
+}
+
 }  // namespace topt

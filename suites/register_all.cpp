@@ -5,6 +5,7 @@
 #include "suites/comm/comm_suites.h"
 #include "suites/gemm/gemm_suites.h"
 #include "suites/norm/norm_suites.h"
+#include "suites/sampling/sampling_suites.h"
 
 namespace topt {
 
@@ -28,6 +29,7 @@ const Registry& builtin_registry() {
     suites::register_quantize_int8(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);
+    suites::register_rejection_sample(r);
     return r;
   }();
   return registry;

@@ -257,23 +257,42 @@ __device__ __forceinline__ V cluster_allreduce(V block_value, Op op, V identity)
   return v;
 }
 
+// Launches `kernel` over rows × splits blocks of `threads` threads, the `splits` blocks of a row
+// adjacent (block b takes slice b % splits of row b / splits): one cluster per row
+// (RowExchange::cluster), or one cooperative grid, whose blocks the launch guarantees to run at once
+// (RowExchange::grid; it fails rather than hang where they cannot).
+template <class... KernelArgs, class... Args>
+void launch_split_rows(void (*kernel)(KernelArgs...), int64_t rows, int splits, int threads, RowExchange exchange,
+                       cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute attribute;
+  if (exchange == RowExchange::cluster) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = unsigned(splits);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+  } else {
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(rows * splits));
+  config.blockDim = dim3(unsigned(threads));
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+// Threads of a block that holds `slice_vec` vectors at `vpt` per thread: whole warps.
+inline int slice_threads(int slice_vec, int vpt) { return ((slice_vec + vpt - 1) / vpt + 31) / 32 * 32; }
+
 // Launches `kernel` over rows × kRowClusterBlocks blocks in clusters of kRowClusterBlocks, one row
 // per cluster, each block holding a slice of `slice_vec` vectors at `vpt` per thread.
 template <class... KernelArgs, class... Args>
 void launch_on_clusters(void (*kernel)(KernelArgs...), int64_t rows, int slice_vec, int vpt, cudaStream_t stream,
                         const Args&... args) {
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kRowClusterBlocks;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(rows * kRowClusterBlocks));
-  config.blockDim = dim3(unsigned(((slice_vec + vpt - 1) / vpt + 31) / 32 * 32));
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+  launch_split_rows(kernel, rows, kRowClusterBlocks, slice_threads(slice_vec, vpt), RowExchange::cluster, stream,
+                    args...);
 }
 
 }  // namespace topt::kernels

@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kernels/norm/row_tiling.h"
 
 namespace topt::kernels {
@@ -46,6 +48,37 @@ int cluster_slice_vectors(int64_t rows, int64_t n_vec, int vpt) {
   const int64_t slice = ceil_div(n_vec, kRowClusterBlocks);
   if (rows * kRowClusterBlocks > sm_count || slice > int64_t(vpt) * kMaxRowThreads) return 0;
   return int(slice);
+}
+
+std::string split_row_unsupported(int64_t rows, int64_t cols, DType dtype, const char* width_axis) {
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    return fmt::format("dtype {}: these kernels take bf16 or fp16", dtype_name(dtype));
+  const int64_t max_rows = INT32_MAX / kRowClusterBlocks;
+  if (rows < 1 || rows > max_rows) return fmt::format("rows={}: must be in [1, {}]", rows, max_rows);
+  const int vec = vector_width(cols, dtype);
+  const int64_t max_cols = int64_t(vec) * kMaxSliceVectors * kRowClusterBlocks;
+  if (cols < 1 || cols > max_cols)
+    return fmt::format("{}={}: with {}-element vectors a cluster of {} blocks holds at most {} per row in registers",
+                       width_axis, cols, vec, kRowClusterBlocks, max_cols);
+  return "";
+}
+
+SplitRowTiling choose_split_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device,
+                                       bool grid_allowed) {
+  const int vec = vector_width(cols, dtype);
+  const int64_t n_vec = cols / vec;
+  const int64_t cluster_splits = ceil_div(n_vec, kMaxSliceVectors);
+  // One block per SM at most on the grid path: the cooperative launch then always fits.
+  const int64_t grid_splits = device.sms / rows;
+  SplitRowTiling t;
+  t.exchange = grid_allowed && grid_splits > cluster_splits ? RowExchange::grid : RowExchange::cluster;
+  const int64_t splits = std::min(n_vec, std::max(cluster_splits, grid_splits));
+  t.slice_vec = int(ceil_div(n_vec, t.exchange == RowExchange::grid ? splits : cluster_splits));
+  t.splits = int(ceil_div(n_vec, t.slice_vec));  // no empty slice
+  int vpt = t.exchange == RowExchange::grid ? kSplitVptFew : kSplitVptMany;
+  while (ceil_div(t.slice_vec, vpt) > kMaxRowThreads) vpt *= 2;
+  t.tiling = {vec, vpt, int(ceil_div(ceil_div(t.slice_vec, vpt), 32) * 32)};
+  return t;
 }
 
 }  // namespace topt::kernels

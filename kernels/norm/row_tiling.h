@@ -33,8 +33,11 @@ RowTiling choose_row_tiling(int64_t cols, DType dtype, int target_vpt);
 
 // How a kernel spreads rows over blocks.
 enum class RowSplit {
-  block,                     // one block per row
-  cluster_when_rows_are_few  // decode rows: a row over a cluster of blocks when the rows alone leave SMs idle
+  block,                      // one block per row (softmax: rows wider than a block holds over a cluster)
+  cluster_when_rows_are_few,  // decode rows: a row over a cluster of blocks when the rows alone leave SMs idle
+  // softmax only, over a cooperative grid of one block per SM where the rows alone leave SMs idle:
+  grid_when_wide_rows_are_few,  // rows wider than one block holds (else as `block`)
+  grid_when_rows_are_few,       // rows of any width
 };
 
 // Blocks per cluster for a split row: 8, the portable cluster size.
@@ -45,6 +48,46 @@ constexpr int kRowClusterBlocks = 8;
 // once and a slice fits one block; otherwise one block per row. Returns the vectors per block (its
 // slice), 0 for one block per row.
 int cluster_slice_vectors(int64_t rows, int64_t n_vec, int vpt);
+
+// ---- Rows over several blocks (softmax over vocabularies of 32k-256k) ----
+
+// How the blocks that share a row exchange their partial statistics.
+enum class RowExchange {
+  cluster,  // one thread-block cluster per row, through distributed shared memory
+  grid,     // any number of blocks per row, through global memory and a per-row arrival counter; the
+            // launch is cooperative, so that every block of a row runs at once and none waits forever
+};
+
+// A row split into `splits` slices of `slice_vec` vectors, one block each, held in registers
+// (tiling.vpt vectors per thread, tiling.threads threads).
+struct SplitRowTiling {
+  RowTiling tiling;
+  int splits = 0;
+  int slice_vec = 0;
+  RowExchange exchange = RowExchange::cluster;
+};
+
+// The device facts the choice depends on (queried once by the launcher; tests pass their own).
+struct RowDevice {
+  int sms = 0;
+};
+
+// Vectors one block's slice holds at most: 4 per thread at 1024 threads, 64 KB of 16-byte vectors,
+// the per-block row at which the one-block kernel reaches ~97% of the copy rate (kernels/norm/NOTES.md).
+constexpr int kMaxSliceVectors = 4 * kMaxRowThreads;
+// Vectors per thread a split slice targets: 4 where rows are many (throughput, as the one-block
+// kernel), 2 where they are few (shorter load chains per thread, as the cluster decode rung).
+constexpr int kSplitVptMany = 4, kSplitVptFew = 2;
+
+// "" when rows of `cols` can be split over blocks (cluster or grid), else why not.
+std::string split_row_unsupported(int64_t rows, int64_t cols, DType dtype, const char* width_axis);
+
+// A row over several blocks: one cluster of as few blocks of ≤ kMaxSliceVectors as hold it (at most
+// kRowClusterBlocks), or, with `grid_allowed` where SMs / rows is more blocks than that, SMs / rows
+// blocks per row (one per SM) with the grid exchange: a few rows then load through every SM instead
+// of a cluster's. Call split_row_unsupported first.
+SplitRowTiling choose_split_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device,
+                                       bool grid_allowed);
 
 // Calls f(std::integral_constant<int, v>{}) for the v among kValues that equals `value`.
 template <int... kValues, class F>

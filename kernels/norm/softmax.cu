@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "harness/cuda_check.h"
 #include "kernels/norm/softmax.cuh"
@@ -45,31 +46,73 @@ void launch_staged(const SoftmaxArgs<T>& args, int64_t rows, SoftmaxAlgo algo, c
   else launch(softmax_staged_kernel<T, SoftmaxAlgo::two_pass>);
 }
 
+int device_sms() {
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// How a row softmax launch splits its rows (kernels/norm/softmax.h), or nothing for one block per row.
+std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
+  const bool fits_block = row_unsupported(rows, cols, dtype, "cols").empty();
+  if (fits_block && split == RowSplit::cluster_when_rows_are_few) {
+    const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
+    const int slice_vec = cluster_slice_vectors(rows, cols / tiling.vec, kClusterVpt);
+    if (slice_vec == 0) return std::nullopt;
+    return SplitRowTiling{{tiling.vec, kClusterVpt, slice_threads(slice_vec, kClusterVpt)},
+                          kRowClusterBlocks,
+                          slice_vec,
+                          RowExchange::cluster};
+  }
+  if (fits_block && (split == RowSplit::block || split == RowSplit::grid_when_wide_rows_are_few))
+    return std::nullopt;
+  const bool grid_allowed = split == RowSplit::grid_when_rows_are_few || split == RowSplit::grid_when_wide_rows_are_few;
+  const SplitRowTiling t = choose_split_row_tiling(rows, cols, dtype, RowDevice{device_sms()}, grid_allowed);
+  if (fits_block && t.exchange != RowExchange::grid) return std::nullopt;
+  return t;
+}
+
+template <class T>
+void launch_split(const SoftmaxArgs<T>& args, int64_t rows, const SplitRowTiling& t, void* scratch,
+                  cudaStream_t stream) {
+  GridRowScratch grid{};
+  if (t.exchange == RowExchange::grid) {
+    if (!scratch) throw std::invalid_argument("softmax: rows split over a grid need scratch (softmax_scratch_bytes)");
+    grid = grid_row_scratch(scratch, rows, t.splits);
+  }
+  dispatch_int<1, 2, 4, 8>(t.tiling.vec, [&](auto vec) {
+    dispatch_int<kSplitVptFew, kSplitVptMany>(t.tiling.vpt, [&](auto vpt) {
+      constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
+      if (t.exchange == RowExchange::cluster)
+        launch_split_rows(softmax_split_kernel<T, kVec, kVpt, RowExchange::cluster>, rows, t.splits, t.tiling.threads,
+                          t.exchange, stream, args, t.splits, t.slice_vec, grid);
+      else
+        launch_split_rows(softmax_split_kernel<T, kVec, kVpt, RowExchange::grid>, rows, t.splits, t.tiling.threads,
+                          t.exchange, stream, args, t.splits, t.slice_vec, grid);
+    });
+  });
+}
+
 template <bool kCausal>
 void launch_softmax(const char* op, const char* width_axis, const void* x, void* y, int64_t rows, int64_t cols,
                     float scale, DType dtype, SoftmaxAlgo algo, bool read_masked, RowStorage storage,
-                    RowSplit split, CausalSchedule schedule, cudaStream_t stream) {
-  if (auto why = row_unsupported(rows, cols, dtype, width_axis); !why.empty())
-    throw Unsupported(std::string(op) + ": " + why);
+                    RowSplit split, CausalSchedule schedule, void* scratch, cudaStream_t stream) {
+  const std::string why =
+      kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype);
+  if (!why.empty()) throw Unsupported(std::string(op) + ": " + why);
   if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
   if (storage == RowStorage::shared_memory)
     if (auto why = softmax_staged_unsupported(rows, cols, dtype); !why.empty()) throw Unsupported(why);
-  const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
-  const int slice_vec = !kCausal && split == RowSplit::cluster_when_rows_are_few
-                            ? cluster_slice_vectors(rows, cols / tiling.vec, kClusterVpt)
-                            : 0;
+  const std::optional<SplitRowTiling> split_tiling =
+      kCausal || storage == RowStorage::shared_memory ? std::nullopt : choose_softmax_split(rows, cols, dtype, split);
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SoftmaxArgs<T> args{static_cast<const T*>(x), static_cast<T*>(y), int(cols), float(scale * M_LOG2E),
                               read_masked, schedule.zeros_first, schedule.long_rows_first, schedule.stream_stores};
-    if (slice_vec > 0) {
-      dispatch_int<1, 2, 4, 8>(tiling.vec, [&](auto vec) {
-        launch_on_clusters(softmax_cluster_kernel<T, decltype(vec)::value, kClusterVpt>, rows, slice_vec, kClusterVpt,
-                           stream, args, slice_vec);
-      });
-      return;
-    }
+    if (split_tiling) return launch_split(args, rows, *split_tiling, scratch, stream);
     if (storage == RowStorage::shared_memory) return launch_staged(args, rows, algo, stream);
+    const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
     dispatch_row_tiling<4, 8>(tiling, [&](auto vec, auto vpt) {
       auto launch = [&](auto kernel) { kernel<<<unsigned(rows), tiling.threads, 0, stream>>>(args); };
       constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
@@ -89,14 +132,26 @@ std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype) 
   return "";
 }
 
-void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
-                     RowStorage storage, cudaStream_t stream) {
-  softmax_forward(x, y, rows, cols, dtype, algo, storage, RowSplit::block, stream);
+std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype) {
+  if (row_unsupported(rows, cols, dtype, "cols").empty()) return "";
+  return split_row_unsupported(rows, cols, dtype, "cols");
+}
+
+size_t softmax_scratch_bytes(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
+  if (!softmax_unsupported(rows, cols, dtype).empty()) return 0;
+  const std::optional<SplitRowTiling> t = choose_softmax_split(rows, cols, dtype, split);
+  return t && t->exchange == RowExchange::grid ? grid_row_scratch_bytes(rows, t->splits) : 0;
 }
 
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
-                     RowStorage storage, RowSplit split, cudaStream_t stream) {
-  launch_softmax<false>("softmax", "cols", x, y, rows, cols, 1.f, dtype, algo, false, storage, split, {}, stream);
+                     RowStorage storage, cudaStream_t stream) {
+  softmax_forward(x, y, rows, cols, dtype, algo, storage, RowSplit::block, nullptr, stream);
+}
+
+void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
+                     RowStorage storage, RowSplit split, void* scratch, cudaStream_t stream) {
+  launch_softmax<false>("softmax", "cols", x, y, rows, cols, 1.f, dtype, algo, false, storage, split, {}, scratch,
+                        stream);
 }
 
 void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
@@ -107,7 +162,8 @@ void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t
 void causal_softmax_forward(const void* x, void* y, int64_t batch_heads, int64_t seq, float scale, DType dtype,
                             SoftmaxAlgo algo, CausalLoads loads, CausalSchedule schedule, cudaStream_t stream) {
   launch_softmax<true>("causal_softmax", "seq", x, y, batch_heads * seq, seq, scale, dtype, algo,
-                       loads == CausalLoads::whole_row, RowStorage::registers, RowSplit::block, schedule, stream);
+                       loads == CausalLoads::whole_row, RowStorage::registers, RowSplit::block, schedule, nullptr,
+                       stream);
 }
 
 }  // namespace topt::kernels

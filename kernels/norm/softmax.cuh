@@ -1,7 +1,10 @@
-// The softmax kernel behind row softmax and scaled causal softmax: one block per row, the row held
-// in registers from its one read to its one write. y = exp2((x − max x)·s) / Σ exp2((x − max x)·s)
+// The softmax kernels behind row softmax and scaled causal softmax: one block per row, or a row over
+// several blocks (vocabulary rows, decode rows), the row held in registers from its one read to its
+// one write. y = exp2((x − max x)·s) / Σ exp2((x − max x)·s)
 // with s = scale·log2(e) > 0: subtracting before scaling keeps x − max exact for inputs near ±1e4.
 #pragma once
+#include <cuda/atomic>
+
 #include "kernels/norm/row_tile.cuh"
 #include "kernels/norm/softmax.h"
 
@@ -155,34 +158,80 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_staged_kernel(const So
   }
 }
 
-// Decode rows: row blockIdx.x / cluster size split over a cluster's blocks, block `rank` taking
-// vectors [rank · slice_vec, (rank + 1) · slice_vec). Each block reduces its slice to an online
-// (max, sum) pair; the pairs merge through distributed shared memory (one cluster barrier). A
-// 32000-wide row then loads 8 KB per SM instead of 64 KB into one.
-template <class T, int kVec, int kVpt>
-__global__ void __launch_bounds__(kMaxRowThreads) softmax_cluster_kernel(const SoftmaxArgs<T> a, int slice_vec) {
+// Where the blocks of rows split over a cooperative grid meet (RowExchange::grid): global memory,
+// zeroed once when allocated, then used by one stream and one (rows, splits) at a time.
+struct GridRowScratch {
+  float2* posted;               // [rows, splits]: each block's (max, sum)
+  unsigned long long* arrived;  // [rows]: blocks arrived at the row, over every launch so far
+};
+
+// Global memory a GridRowScratch takes for `rows` rows of `splits` blocks.
+inline size_t grid_row_scratch_bytes(int64_t rows, int64_t splits) {
+  return size_t(rows) * (size_t(splits) * sizeof(float2) + sizeof(unsigned long long));
+}
+inline GridRowScratch grid_row_scratch(void* base, int64_t rows, int64_t splits) {
+  auto* arrived = static_cast<unsigned long long*>(base);
+  return {reinterpret_cast<float2*>(arrived + rows), arrived};
+}
+
+// merge over the `splits` blocks of one row of a cooperative grid, returned to every thread: thread 0
+// posts the block's value and takes a ticket from the row's counter (release), then waits until the
+// counter reaches the end of its launch's round, the next multiple of `splits` (acquire); each warp
+// then reads the posted values from L2. The counter only grows, so it needs no reset between
+// launches: launches on one stream arrive in whole rounds.
+__device__ __forceinline__ MaxSum grid_row_allreduce(MaxSum block_value, MergeMaxSum merge, GridRowScratch scratch,
+                                                     int row, int part, int splits) {
+  float2* posted = scratch.posted + size_t(row) * splits;
+  if (threadIdx.x == 0) {
+    __stcg(&posted[part], make_float2(block_value.max, block_value.sum));
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> arrived(scratch.arrived[row]);
+    const unsigned long long ticket = arrived.fetch_add(1, cuda::memory_order_release);
+    const unsigned long long round_end = (ticket / unsigned(splits) + 1) * unsigned(splits);
+    while (arrived.load(cuda::memory_order_acquire) < round_end) __nanosleep(32);
+  }
+  __syncthreads();
+  MaxSum v{-INFINITY, 0.f};
+  for (int i = threadIdx.x % 32; i < splits; i += 32) {
+    const float2 p = __ldcg(&posted[i]);
+    v = merge(v, {p.x, p.y});
+  }
+  return warp_allreduce(v, merge);
+}
+
+// Rows over several blocks: block b takes vectors [part · slice_vec, (part + 1) · slice_vec) of row
+// b / splits, part = b % splits, in registers. Each block reduces its slice to an online (max, sum)
+// pair; the pairs merge through distributed shared memory (kExchange cluster: one cluster per row,
+// one cluster barrier) or global memory (grid: a cooperative launch, one counter per row); then each
+// block writes its slice. One read and one write of the row, at any width a cluster or the grid holds.
+template <class T, int kVec, int kVpt, RowExchange kExchange>
+__global__ void __launch_bounds__(kMaxRowThreads)
+    softmax_split_kernel(const SoftmaxArgs<T> a, int splits, int slice_vec, GridRowScratch scratch) {
   using Frag = RowFragment<T, kVec, kVpt>;
+  const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
   const int n_vec = a.cols / kVec;
-  const int first = int(cluster_rank()) * slice_vec;
+  const int first = part * slice_vec;
   const int n_local = max(0, min(n_vec - first, slice_vec));
-  const size_t row = size_t(blockIdx.x / cluster_blocks()) * a.cols + size_t(first) * kVec;  // this block's slice
+  const size_t row = size_t(row_index) * a.cols + size_t(first) * kVec;  // this block's slice
 
   Frag x;
   x.load(a.x + row, n_local, -INFINITY);
-  MaxSum part{-INFINITY, 0.f};
-  for_each_element<kVpt, kVec>([&](int i, int j) { part.max = fmaxf(part.max, x.at(i, j)); });
+  MaxSum local{-INFINITY, 0.f};
+  for_each_element<kVpt, kVec>([&](int i, int j) { local.max = fmaxf(local.max, x.at(i, j)); });
   x.keep_packed();
-  const float part_max = finite_or_zero(part.max);
-  for_each_element<kVpt, kVec>([&](int i, int j) { part.sum += fast_exp2((x.at(i, j) - part_max) * a.scale_log2e); });
+  const float local_max = finite_or_zero(local.max);
+  for_each_element<kVpt, kVec>([&](int i, int j) { local.sum += fast_exp2((x.at(i, j) - local_max) * a.scale_log2e); });
   x.keep_packed();
   const MergeMaxSum merge{a.scale_log2e};
   const MaxSum none{-INFINITY, 0.f};
-  const MaxSum total = cluster_allreduce(block_allreduce(part, merge, none), merge, none);
+  const MaxSum block_total = block_allreduce(local, merge, none);
+  MaxSum total;
+  if constexpr (kExchange == RowExchange::cluster) total = cluster_allreduce(block_total, merge, none);
+  else total = grid_row_allreduce(block_total, merge, scratch, row_index, part, splits);
   const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
   store_row<T, kVec, kVpt>(a.y + row, n_local, [&](int i, int j) {
     return fast_exp2((x.at(i, j) - max) * a.scale_log2e) * inv_sum;
   });
-  cluster_wait();
+  if constexpr (kExchange == RowExchange::cluster) cluster_wait();
 }
 
 }  // namespace topt::kernels

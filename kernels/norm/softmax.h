@@ -2,7 +2,7 @@
 // softmax over attention scores. bf16/fp16 in and out, fp32 math, the row max subtracted first.
 // A row whose every input is −inf (or masked) gives zeros, not NaN: no key takes any weight.
 // Launchers enqueue on `stream` and never synchronize; they throw Unsupported for what
-// row_unsupported() (kernels/norm/row_tiling.h) refuses.
+// softmax_unsupported() (row softmax) or row_unsupported() (causal; kernels/norm/row_tiling.h) refuses.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -31,14 +31,25 @@ enum class RowStorage {
 // refuses a row larger than the device lets one block hold.
 std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype);
 
-// y = softmax(x) over each row of x [rows, cols].
+// "" when softmax_forward takes rows of `cols` (one block per row, or a row over several blocks up to
+// 262144 wide in bf16), else why not.
+std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype);
+
+// y = softmax(x) over each row of x [rows, cols]; rows wider than one block holds take several
+// blocks each (clusters: no scratch needed).
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
                      RowStorage storage, cudaStream_t stream);
-// The same with the row split chosen by `split`: cluster_when_rows_are_few spreads each of a few
-// rows (decode) over a cluster of blocks (registers, online reduction; `storage` and `algo` then
-// apply only where the rows are many).
+// The same with the row split chosen by `split` (kernels/norm/row_tiling.h):
+// - block: one block per row where one holds it; wider rows over a cluster (choose_split_row_tiling);
+// - cluster_when_rows_are_few: each of a few rows (decode) over a cluster of 8 blocks;
+// - grid_when_wide_rows_are_few, grid_when_rows_are_few: each of rows too few to fill the SMs (wider
+//   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`.
+// Split rows are held in registers and reduced online (`storage` and `algo` apply only to one block
+// per row). `scratch` holds softmax_scratch_bytes() zeroed once before the first launch, and then
+// serves this one shape on one stream; it may be null where that is 0.
+size_t softmax_scratch_bytes(int64_t rows, int64_t cols, DType dtype, RowSplit split);
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
-                     RowStorage storage, RowSplit split, cudaStream_t stream);
+                     RowStorage storage, RowSplit split, void* scratch, cudaStream_t stream);
 
 // Which keys the causal kernel loads: the masked ones carry no information, so skipping them halves
 // the bytes read over a square score matrix.

@@ -145,7 +145,8 @@ std::unique_ptr<Problem> make_softmax_problem(const SoftmaxShape& s, uint64_t se
 }
 
 std::string ours_unsupported(const SoftmaxShape& s) {
-  return kernels::row_unsupported(s.rows, s.cols, s.dtype, s.causal ? "seq" : "cols");
+  if (s.causal) return kernels::row_unsupported(s.rows, s.cols, s.dtype, "seq");
+  return kernels::softmax_unsupported(s.rows, s.cols, s.dtype);
 }
 
 // cuDNN's accurate softmax subtracts the row max, which is NaN for a row of all -inf.
@@ -171,13 +172,18 @@ std::unique_ptr<Instance> ours_causal(const SoftmaxProblem& q, kernels::CausalLo
   });
 }
 
+// Rows split over a cooperative grid meet in scratch that is zeroed once, here (kernels/norm/softmax.h).
 std::unique_ptr<Instance> ours_softmax(const SoftmaxProblem& q, kernels::SoftmaxAlgo algo,
-                                       kernels::RowStorage storage,
-                                       kernels::RowSplit split = kernels::RowSplit::block) {
-  return std::make_unique<LambdaInstance>([&q, algo, storage, split](cudaStream_t s) {
-    kernels::softmax_forward(q.x->data, q.y->data, q.shape.rows, q.shape.cols, q.shape.dtype, algo, storage, split,
-                             s);
-  });
+                                       kernels::RowStorage storage, kernels::RowSplit split, cudaStream_t stream) {
+  const size_t scratch_bytes = kernels::softmax_scratch_bytes(q.shape.rows, q.shape.cols, q.shape.dtype, split);
+  auto scratch = std::make_shared<DeviceBuffer>(scratch_bytes, "softmax scratch");
+  if (scratch_bytes) CUDA_CHECK(cudaMemsetAsync(scratch->get(), 0, scratch_bytes, stream));
+  return std::make_unique<LambdaInstance>(
+      [&q, algo, storage, split, scratch](cudaStream_t s) {
+        kernels::softmax_forward(q.x->data, q.y->data, q.shape.rows, q.shape.cols, q.shape.dtype, algo, storage,
+                                 split, scratch->get(), s);
+      },
+      scratch_bytes);
 }
 
 }  // namespace
@@ -238,16 +244,24 @@ void register_softmax(Registry& registry) {
                             stats->bytes());
                       }});
   auto unsupported = [](const Case& c) { return ours_unsupported(softmax_shape(c)); };
+  // The two-pass reduction exists for one block per row only.
+  auto one_block_unsupported = [](const Case& c) {
+    const SoftmaxShape s = softmax_shape(c);
+    return kernels::row_unsupported(s.rows, s.cols, s.dtype, "cols");
+  };
   op.impls.push_back({"ours_twopass", Role::ours,
                       "fused: row in registers, one read, one write; block max, then block sum (two reductions)",
-                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                      one_block_unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
                         return ours_softmax(as_softmax(p), kernels::SoftmaxAlgo::two_pass,
-                                            kernels::RowStorage::registers);
+                                            kernels::RowStorage::registers, kernels::RowSplit::block, s);
                       }});
   op.impls.push_back({"ours", Role::ours,
-                      "online: each thread's (max, sum) merged in one block reduction instead of two",
-                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
-                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers);
+                      "online: each thread's (max, sum) merged in one block reduction instead of two; rows wider "
+                      "than a block holds (vocabularies) over a cluster, or over one block per SM where they are "
+                      "too few to fill the SMs",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
+                                            kernels::RowSplit::grid_when_wide_rows_are_few, s);
                       }});
   op.impls.push_back({"ours_staged", Role::ours,
                       "ours with the row staged in shared memory by cp.async: more wide rows per SM than registers "
@@ -256,15 +270,23 @@ void register_softmax(Registry& registry) {
                         const SoftmaxShape s = softmax_shape(c);
                         return kernels::softmax_staged_unsupported(s.rows, s.cols, s.dtype);
                       },
-                      [](const Problem& p, const Case&, cudaStream_t) {
-                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::shared_memory);
+                      [](const Problem& p, const Case&, cudaStream_t s) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::shared_memory,
+                                            kernels::RowSplit::block, s);
                       }});
   op.impls.push_back({"ours_v2", Role::ours,
                       "ours; decode rows (rows x 8 <= SMs) split over an 8-block cluster (8 KB per SM at 32000 "
                       "wide), the blocks' (max, sum) pairs merged through DSMEM, one cluster barrier",
-                      unsupported, [](const Problem& p, const Case&, cudaStream_t) {
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
-                                            kernels::RowSplit::cluster_when_rows_are_few);
+                                            kernels::RowSplit::cluster_when_rows_are_few, s);
+                      }});
+  op.impls.push_back({"ours_v3", Role::ours,
+                      "ours; rows of any width too few to fill the SMs over one block per SM (a cooperative grid, "
+                      "the blocks' (max, sum) pairs met through global memory and a per-row counter)",
+                      unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
+                                            kernels::RowSplit::grid_when_rows_are_few, s);
                       }});
   registry.add(std::move(op));
 }

@@ -44,7 +44,8 @@ struct OpCase {
 
 const std::vector<std::string> kNormImpls{"ours", "ours_v2", "unfused", "cudnn"};
 const std::vector<std::string> kAddRmsNormImpls{"ours", "ours_v2", "unfused", "cudnn", "flashinfer"};
-const std::vector<std::string> kSoftmaxImpls{"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused", "cudnn"};
+const std::vector<std::string> kSoftmaxImpls{"ours",        "ours_v2", "ours_v3", "ours_twopass",
+                                             "ours_staged", "unfused", "cudnn"};
 const std::vector<std::string> kCausalImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow", "cudnn"};
 
 std::vector<OpCase> op_cases() {
@@ -77,12 +78,26 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"softmax_extreme_odd", "softmax", softmax_params(8, 1001, "extreme"), kSoftmaxImpls});
   // cuDNN gives NaN on such rows (see CudnnSoftmaxGivesNanOnAllNegInfRows); the op defines zeros.
   cases.push_back({"softmax_neg_inf_rows", "softmax", softmax_params(9, 4096, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_twopass", "ours_staged", "unfused"}});
   cases.push_back({"softmax_neg_inf_rows_wide", "softmax", softmax_params(6, 32768, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_twopass", "ours_staged", "unfused"}});
   // A slice of -inf beside finite ones: the cluster merge must not let an empty block's max (−inf)
   // or a masked slice decide the row's max.
-  cases.push_back({"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2"}});
+  cases.push_back(
+      {"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2", "ours_v3"}});
+  // Rows over several blocks (vocabularies): over one block per SM (few rows: the grid exchange, one
+  // counter per row), over a cluster (many rows), odd widths (2-byte vectors, uneven slices), a
+  // slice of -inf, whole rows of -inf, and the grid rung at every width.
+  const std::vector<std::pair<int64_t, int64_t>> vocab_shapes{{1, 128256}, {4, 256000}, {40, 152064},
+                                                              {2, 100003}, {1, 262144}, {3, 65544}};
+  for (auto [rows, cols] : vocab_shapes)
+    cases.push_back({"softmax_vocab_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
+                     softmax_params(rows, cols), {"ours", "ours_v2", "ours_v3", "cudnn", "unfused"}});
+  cases.push_back({"softmax_vocab_extreme", "softmax", softmax_params(5, 128256, "extreme"),
+                   {"ours", "ours_v2", "ours_v3"}});
+  cases.push_back({"softmax_vocab_neg_inf_rows", "softmax", softmax_params(9, 256000, "neg_inf_rows"),
+                   {"ours", "ours_v2", "ours_v3", "unfused"}});
+  cases.push_back({"softmax_grid_narrow", "softmax", softmax_params(3, 512), {"ours_v3"}});
 
   for (int64_t seq : {1, 7, 64, 1000, 1001})
     cases.push_back({"causal_seq" + std::to_string(seq), "causal_softmax", causal_params(2, 3, seq), kCausalImpls});
@@ -161,7 +176,8 @@ TEST_F(GpuTest, CudnnSoftmaxGivesNanOnAllNegInfRows) {
   EXPECT_TRUE(std::isfinite(y[0]));
 }
 
-// Widths past what one block holds in registers are refused with the reason, before any launch.
+// Widths past what one block (or, for softmax, a cluster) holds in registers are refused with the
+// reason, before any launch.
 TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
   struct Wide {
     std::string op, impl;
@@ -169,8 +185,10 @@ TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
     std::string expected;
   };
   const std::vector<Wide> wide{
-      {"softmax", "ours", softmax_params(1, 65544), "cols=65544: with 8-element vectors one block holds at most "
-                                                     "65536 per row"},
+      {"softmax", "ours", softmax_params(1, 262152), "cols=262152: with 8-element vectors a cluster of 8 blocks "
+                                                      "holds at most 262144 per row"},
+      {"softmax", "ours_twopass", softmax_params(1, 65544), "cols=65544: with 8-element vectors one block holds at "
+                                                             "most 65536 per row"},
       {"softmax", "ours_staged", softmax_params(1, 4100), "cols=4100: the staged row is copied in 16-byte vectors"},
       {"layernorm", "ours", norm_params(1, 32772), "hidden=32772: with 4-element vectors one block holds at most 32768"},
       {"causal_softmax", "ours", causal_params(1, 1, 65537), "seq=65537: with 1-element vectors"},
@@ -178,9 +196,9 @@ TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
   for (auto& w : wide) {
     Case c = make_case(w.op, w.params, DType::bf16);
     std::string why = builtin_registry().find(w.op)->find_impl(w.impl)->unsupported(c);
-    EXPECT_NE(why.find(w.expected), std::string::npos) << w.op << ": " << why;
+    EXPECT_NE(why.find(w.expected), std::string::npos) << w.op << "/" << w.impl << ": " << why;
   }
-  Case fits = make_case("softmax", softmax_params(1, 65536), DType::bf16);
+  Case fits = make_case("softmax", softmax_params(1, 262144), DType::bf16);
   EXPECT_EQ(builtin_registry().find("softmax")->find_impl("ours")->unsupported(fits), "");
 }
 

@@ -131,7 +131,7 @@ TEST(Config, MalformedYamlNamesThePlace) {
 }
 
 TEST(Config, ShippedConfigsParse) {
-  for (const char* name : {"quick.yaml"}) {
+  for (const char* name : {"quick.yaml", "softmax_vocab.yaml", "spec_decode.yaml"}) {
     Config c = load_config(std::string(TOPT_SOURCE_DIR) + "/configs/" + name, builtin_registry());
     EXPECT_FALSE(c.ops.empty()) << name;
   }
