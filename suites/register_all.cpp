@@ -3,6 +3,7 @@
 #include "harness/registry.h"
 #include "suites/attention/attention_suites.h"
 #include "suites/comm/comm_suites.h"
+#include "suites/ffn/ffn_suites.h"
 #include "suites/gemm/gemm_suites.h"
 #include "suites/norm/norm_suites.h"
 #include "suites/sampling/sampling_suites.h"
@@ -27,6 +28,7 @@ const Registry& builtin_registry() {
     suites::register_gemm_w8a16(r);
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
+    suites::register_ffn(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);
     suites::register_rejection_sample(r);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -29,13 +31,17 @@ inline bool small_shapes_only() { return sanitize_mode() == "small"; }
 // FlashInfer's SM90 prefill wrote one wrong row of a ragged causal head_dim-64 case in 3 runs, never
 // in a plain run: baselines/flashinfer/NOTES.md.) Under racecheck ("small") attention's cuBLAS paths
 // (gather_cublas, unfused) go too: compute-sanitizer 2025.3 with a kernel filter stops with an
-// internal error on cuBLAS's nvjet kernels (docs/checks.md); so does dequant_cublaslt (our dequantize
-// kernel, then cuBLASLt), whose kernel memcheck covers.
+// internal error on cuBLAS's nvjet kernels (docs/checks.md); so do dequant_cublaslt (our dequantize
+// kernel, then cuBLASLt) and the FFN's cublaslt (our SiLU*mul between cuBLASLt's GEMMs), whose own
+// kernels memcheck covers.
 inline bool left_out_under_sanitizer(const std::string& op, const std::string& impl) {
   if (sanitize_mode().empty()) return false;
-  if (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0) return true;
+  const bool ours_inside = op == "ffn" && impl == "cublaslt";  // our SiLU*mul kernel between cuBLASLt's GEMMs
+  if (!ours_inside && (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0))
+    return true;
   if (!small_shapes_only()) return false;
-  return impl == "dequant_cublaslt" || (op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused"));
+  return ours_inside || impl == "dequant_cublaslt" ||
+         (op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused"));
 }
 
 // A parametrized grid: the small shapes, then (unless small_shapes_only()) the large ones.
@@ -88,7 +94,47 @@ class GpuTest : public ::testing::Test {
     return check_outputs(*problem, ref, stream);
   }
 
+  // Prepares `impl` once and launches it `launches` times, each launch on poisoned outputs and checked:
+  // state an instance keeps between launches (split-K arrival counters) must leave every launch right.
+  void expect_repeated_launches_pass(const Case& c, const std::string& impl_name, int launches, uint64_t seed) {
+    const OpDef* def = builtin_registry().find(c.op);
+    auto problem = def->make_problem(c, seed, stream);
+    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+    auto inst = def->find_impl(impl_name)->prepare(*problem, c, stream);
+    for (int launch = 0; launch < launches; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << c.label() << " " << impl_name << " launch " << launch << ": " << r.describe();
+    }
+  }
+
   cudaStream_t stream = nullptr;
 };
+
+// Runs every named implementation on the case and expects each to pass; a library (a baseline or a
+// peer) may refuse a shape (Unsupported at prepare: cuBLASLt's heuristic offers nothing), which is
+// reported, not failed. Ours may not.
+inline void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>& impls,
+                              const std::function<CheckResult(const Case&, const std::string&)>& run) {
+  for (const std::string& impl : impls) {
+    const Impl* def = builtin_registry().find(c.op)->find_impl(impl);
+    ASSERT_NE(def, nullptr) << impl;
+    if (left_out_under_sanitizer(c.op, impl)) continue;
+    if (std::string why = def->unsupported ? def->unsupported(c) : ""; !why.empty()) {
+      ADD_FAILURE() << impl << " " << c.label() << ": " << why;
+      continue;
+    }
+    try {
+      CheckResult r = run(c, impl);
+      EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
+    } catch (const Unsupported& e) {
+      EXPECT_NE(def->role, Role::ours) << impl << " " << c.label() << ": " << e.what();
+      std::cout << "[ note ] " << impl << " " << c.label() << ": " << e.what() << "\n";
+    }
+  }
+}
 
 }  // namespace topt::testing

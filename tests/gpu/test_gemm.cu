@@ -35,28 +35,6 @@ Params gemm_params(const GemmCase& g, const std::string& scaling = "") {
   return p;
 }
 
-// Runs every named implementation on the case and expects each to pass; cuBLASLt may refuse a shape
-// (Unsupported at prepare: its heuristic offers nothing), which is reported, not failed.
-void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>& impls,
-                       const std::function<CheckResult(const Case&, const std::string&)>& run) {
-  for (const std::string& impl : impls) {
-    const Impl* def = builtin_registry().find(c.op)->find_impl(impl);
-    ASSERT_NE(def, nullptr) << impl;
-    if (left_out_under_sanitizer(c.op, impl)) continue;
-    if (std::string why = def->unsupported ? def->unsupported(c) : ""; !why.empty()) {
-      ADD_FAILURE() << impl << " " << c.label() << ": " << why;
-      continue;
-    }
-    try {
-      CheckResult r = run(c, impl);
-      EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
-    } catch (const Unsupported& e) {
-      EXPECT_EQ(impl, "cublaslt") << c.label() << ": " << e.what();
-      std::cout << "[ note ] " << impl << " " << c.label() << ": " << e.what() << "\n";
-    }
-  }
-}
-
 // The metric `name` of implementation `impl` prepared on case `c`: what the plan chose, or what the
 // instance reports (a failure where it has no such metric).
 double prepared_metric(cudaStream_t stream, const Case& c, const std::string& impl, const std::string& name) {
@@ -182,21 +160,8 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
   // Under racecheck a 1024-wide layer (16 K blocks, still split) keeps the test to seconds: at 4096
   // it took 85 s of the tool's one-call budget on the H100.
   const int64_t width = small_shapes_only() ? 1024 : 4096;
-  for (const std::string op : {"gemm_bf16", "gemm_int8"}) {
-    const Case c = make_case(op, gemm_params({3, width, width}), DType::bf16);
-    const OpDef* def = builtin_registry().find(op);
-    auto problem = def->make_problem(c, 5, stream);
-    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-    auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK_LAUNCH();
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << op << " launch " << launch << ": " << r.describe();
-    }
-  }
+  for (const std::string op : {"gemm_bf16", "gemm_int8"})
+    expect_repeated_launches_pass(make_case(op, gemm_params({3, width, width}), DType::bf16), "ours_v2", 3, 5);
 }
 
 // The metrics say which plan ran: decode takes the split-K path.
