@@ -4,6 +4,7 @@
 #include "suites/attention/attention_suites.h"
 #include "suites/comm/comm_suites.h"
 #include "suites/gemm/gemm_suites.h"
+#include "suites/llama/llama_suites.h"
 #include "suites/norm/norm_suites.h"
 
 namespace topt {
@@ -24,6 +25,8 @@ const Registry& builtin_registry() {
     suites::register_gemm_int8(r);
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
+    suites::register_rope(r);
+    suites::register_decode_step(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);
     return r;
