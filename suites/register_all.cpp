@@ -27,6 +27,7 @@ const Registry& builtin_registry() {
     suites::register_quantize_int8(r);
     suites::register_rope(r);
     suites::register_decode_step(r);
+    suites::register_llama_layer(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);
     return r;

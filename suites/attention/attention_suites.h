@@ -42,6 +42,13 @@ PrefillReference prefill_attention_reference(const std::vector<double>& q, const
                                              const std::vector<double>& v, int heads, int kv_heads, int64_t len_q,
                                              int64_t len_k, int head_dim, double scale, bool causal);
 
+// attention_prefill's GPU reference (online softmax in fp32 on CUDA cores) over packed q (total_q,
+// heads, head_dim), k, v (total_k, kv_heads, head_dim) of `dtype` (bf16, fp16, or fp32 in a model's
+// fp32 reference composition): o fp32 like q, lse (heads, total_q). Enqueues on `stream`.
+void prefill_reference_gpu(const void* q, const void* k, const void* v, DType dtype, const int32_t* cu_q,
+                           const int32_t* cu_k, int batch, int max_seq_q, int heads, int kv_heads, int head_dim,
+                           int total_q, float scale, bool causal, float* o, float* lse, cudaStream_t stream);
+
 // Each sequence's (query, key) lengths in an attention_prefill case: a fixed function of the case
 // (not of the run's seed), so that its cost model and every implementation see the same batch.
 std::vector<std::pair<int, int>> prefill_lengths(const Case& c);

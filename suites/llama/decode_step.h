@@ -62,38 +62,48 @@ class DecodeStepProblem : public Problem {
   cudaGraphExec_t floor_graph_ = nullptr;  // the read bound's reads, captured once
 };
 
-// A bf16 composition's activations, [batch, ·] each.
+// A bf16 composition's activations, [rows, ·] each (rows: the decode step's batch, a prefill's tokens).
 struct StepActivations {
-  OwnedTensor x;        // [batch, hidden]: the residual stream
-  OwnedTensor xn;       // [batch, hidden]: normalized
-  OwnedTensor qkv;      // [batch, (heads + 2·kv_heads)·head_dim]
-  OwnedTensor q;        // [batch, heads, head_dim]: rotated
-  OwnedTensor o;        // [batch, heads·head_dim]: attention's output
-  OwnedTensor y;        // [batch, hidden]: a sublayer's output before the residual add
-  OwnedTensor gate_up;  // [batch, 2·ffn]
-  OwnedTensor h;        // [batch, ffn]: SiLU(gate)·up
-  StepActivations(const LlamaShape& s, int batch);
+  OwnedTensor x;        // [rows, hidden]: the residual stream
+  OwnedTensor xn;       // [rows, hidden]: normalized
+  OwnedTensor qkv;      // [rows, (heads + 2·kv_heads)·head_dim]
+  OwnedTensor q;        // [rows, heads, head_dim]: rotated
+  OwnedTensor o;        // [rows, heads·head_dim]: attention's output
+  OwnedTensor y;        // [rows, hidden]: a sublayer's output before the residual add
+  OwnedTensor gate_up;  // [rows, 2·ffn]
+  OwnedTensor h;        // [rows, ffn]: SiLU(gate)·up
+  StepActivations(const LlamaShape& s, int64_t rows);
   size_t bytes() const;
 };
 
-// A composition: its step enqueued once eagerly at prepare (libraries choose their plans on a first
-// launch), then captured as a CUDA graph; launch() replays the graph, so the time of a step is the
-// graph's. copy_out checks its argmax against the baseline's (≥ 99% of rows; see decode_step_suite.cu).
-class StepInstance : public Instance {
+// A composition captured once as a CUDA graph: its step enqueued once eagerly at prepare (libraries
+// choose their plans on a first launch), then captured; launch() replays the graph, so the time is
+// the graph's.
+class GraphedInstance : public Instance {
  public:
-  StepInstance(const DecodeStepProblem& p, void* logits_out);
-  ~StepInstance() override;
+  ~GraphedInstance() override;
   void launch(cudaStream_t stream) override;
-  void copy_out(cudaStream_t stream) override;
-  std::vector<std::pair<std::string, double>> metrics() const override { return metrics_; }
-  size_t workspace_bytes() const override { return act_.bytes() + extra_workspace(); }
-
   // Enqueues one step on `stream`: what the graph holds.
   virtual void step(cudaStream_t stream) = 0;
 
  protected:
   // Eager step, then the capture; the derived constructor calls it once its members are built.
   void capture(cudaStream_t stream);
+
+ private:
+  cudaGraphExec_t graph_ = nullptr;
+};
+
+// A decode step's composition; copy_out checks its argmax against the baseline's (>= 99% of rows;
+// see decode_step_suite.cu).
+class StepInstance : public GraphedInstance {
+ public:
+  StepInstance(const DecodeStepProblem& p, void* logits_out);
+  void copy_out(cudaStream_t stream) override;
+  std::vector<std::pair<std::string, double>> metrics() const override { return metrics_; }
+  size_t workspace_bytes() const override { return act_.bytes() + extra_workspace(); }
+
+ protected:
   virtual size_t extra_workspace() const { return 0; }
   // Whether this is the baseline itself (it is not checked against itself).
   virtual bool is_baseline() const { return false; }
@@ -104,7 +114,6 @@ class StepInstance : public Instance {
   StepActivations act_;
 
  private:
-  cudaGraphExec_t graph_ = nullptr;
   std::vector<std::pair<std::string, double>> metrics_;
 };
 
@@ -113,7 +122,7 @@ std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, voi
 std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 
-// The fp32 reference composition (decode_step_reference.cu): logits [batch, vocab] fp32. It writes
+// The fp32 reference composition (llama_reference.cu): logits [batch, vocab] fp32. It writes
 // its new tokens' K/V, rounded to bf16 as the cache holds them, at the same positions the
 // compositions do.
 void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream_t stream);

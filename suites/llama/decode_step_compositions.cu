@@ -10,107 +10,29 @@
 // every layer and every replay.
 #include <cmath>
 #include <memory>
-#include <numeric>
 
 #include "baselines/cudnn/cudnn_norm.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "baselines/flashinfer/flashinfer_norm.h"
-#include "baselines/llama/rope_unfused.h"
 #include "baselines/norm/norm_unfused.h"
-#include "harness/cublaslt_matmul.h"
 #include "harness/cuda_check.h"
-#include "harness/plan_choice.h"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/ffn/activation.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/llama/rope.h"
 #include "kernels/norm/norm.h"
 #include "suites/llama/decode_step.h"
+#include "suites/llama/llama_blocks.h"
 
 namespace topt::suites {
 
 namespace {
 
-kernels::RopeShape rope_shape(const LlamaShape& m, int batch) {
-  kernels::RopeShape r;
-  r.tokens = batch;
-  r.heads = m.heads;
-  r.kv_heads = m.kv_heads;
-  r.head_dim = m.head_dim;
-  return r;
-}
-
-double attention_scale(const LlamaShape& m) { return 1.0 / std::sqrt(double(m.head_dim)); }
-
-// The step's five GEMM shapes through cuBLASLt, each planned once (its fastest candidate on layer 0's
-// weights, timed hot at prepare) and run on every layer's weights; one workspace, used in turn.
-class CublasGemms {
- public:
-  enum Which { qkv, o_proj, gate_up, down, lm_head, kCount };
-
-  CublasGemms(const DecodeStepProblem& p, const StepActivations& act, void* logits, cudaStream_t stream) {
-    const LlamaShape& m = p.shape.model;
-    const LlamaLayerWeights& w0 = p.weights.layers[0];
-    add(qkv, m.qkv_width(), m.hidden, w0.wqkv->data, act.xn->data, act.qkv->data, p.shape.batch, stream);
-    add(o_proj, m.hidden, int64_t(m.heads) * m.head_dim, w0.wo->data, act.o->data, act.y->data, p.shape.batch, stream);
-    add(gate_up, 2 * int64_t(m.ffn), m.hidden, w0.w_gate_up->data, act.xn->data, act.gate_up->data, p.shape.batch,
-        stream);
-    add(down, m.hidden, m.ffn, w0.w_down->data, act.h->data, act.y->data, p.shape.batch, stream);
-    add(lm_head, m.vocab, m.hidden, p.weights.lm_head->data, act.xn->data, logits, p.shape.batch, stream);
-  }
-  // y[M, N] = x[M, K] · W[N, K]ᵀ with the shape's chosen candidate.
-  void run(Which which, const void* w, const void* x, void* y, cudaStream_t stream) const {
-    mm_[which]->run_chosen(w, x, y, workspace_.get(), stream);
-  }
-  size_t workspace_bytes() const { return workspace_.bytes(); }
-
- private:
-  void add(Which which, int64_t n, int64_t k, const void* w, const void* x, void* y, int64_t m, cudaStream_t stream) {
-    LtMatmulSpec spec;
-    spec.m = n;  // column-major D[N, M] = W · xᵀ is row-major y[M, N]
-    spec.n = m;
-    spec.k = k;
-    spec.trans_a = true;
-    if (!workspace_.get()) workspace_ = DeviceBuffer(spec.workspace_bytes, "cuBLASLt workspace");
-    mm_[which] = std::make_unique<LtMatmul>(spec);
-    mm_[which]->choose_fastest([&](const auto& run) { return time_hot_us(run, stream); }, w, x, y, workspace_.get());
-  }
-  std::unique_ptr<LtMatmul> mm_[kCount];
-  DeviceBuffer workspace_;
-};
-
-// The unfused RoPE's table and packed K/V, and the offsets append_kv takes (one new token per sequence).
-struct UnfusedRope {
-  kernels::RopeShape shape;
-  OwnedTensor cos, sin, k_new, v_new;
-  DeviceBuffer new_offsets;
-  UnfusedRope(const LlamaShape& m, int batch, cudaStream_t stream)
-      : shape(rope_shape(m, batch)),
-        cos(DType::bf16, {batch, m.head_dim}, "cos table"),
-        sin(DType::bf16, {batch, m.head_dim}, "sin table"),
-        k_new(DType::bf16, {batch, m.kv_heads, m.head_dim}, "new K"),
-        v_new(DType::bf16, {batch, m.kv_heads, m.head_dim}, "new V"),
-        new_offsets(size_t(batch + 1) * sizeof(int32_t), "new token offsets") {
-    std::vector<int32_t> offsets(size_t(batch) + 1);
-    std::iota(offsets.begin(), offsets.end(), 0);
-    CUDA_CHECK(cudaMemcpyAsync(new_offsets.get(), offsets.data(), new_offsets.bytes(), cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  // q rotated into `q`, k rotated and v appended to the layer's cache.
-  void run(const void* qkv, const int32_t* positions, void* q, const kernels::PagedKv& kv, cudaStream_t stream) const {
-    baselines::rope_cos_sin(positions, cos->data, sin->data, shape, stream);
-    baselines::rope_apply_unfused(qkv, cos->data, sin->data, q, k_new->data, v_new->data, shape, stream);
-    kernels::append_kv(kv, k_new->data, v_new->data, new_offsets.as<int32_t>(), shape.tokens, stream);
-  }
-  size_t bytes() const { return 2 * cos->bytes() + 2 * k_new->bytes() + new_offsets.bytes(); }
-};
-
 class BaselineStep : public StepInstance {
  public:
   BaselineStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream)
       : StepInstance(p, logits_out),
-        gemms_(p, act_, logits_out, stream),
+        gemms_(m_, p.weights.layers[0], act_, p.shape.batch, p.weights.lm_head->data, logits_out, stream),
         rope_(m_, p.shape.batch, stream),
         norm_(p.shape.batch, m_.hidden, DType::bf16, m_.eps),
         sdpa_(sdpa_shape(p)),
@@ -130,7 +52,7 @@ class BaselineStep : public StepInstance {
       const LlamaLayerWeights& w = W.layers[size_t(l)];
       const kernels::PagedKv kv = p_.cache.layer(l, m_);
       gemms_.run(CublasGemms::qkv, w.wqkv->data, act_.xn->data, act_.qkv->data, s);
-      rope_.run(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, s);
+      rope_.rotate_and_append(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, s);
       sdpa_.execute(act_.q->data, kv.k_pages, kv.v_pages, act_.o->data, seq_len_q_.as<int32_t>(), kv.seq_lens,
                     kv.block_table, sdpa_ws_.get(), s);
       gemms_.run(CublasGemms::o_proj, w.wo->data, act_.o->data, act_.y->data, s);
@@ -188,7 +110,7 @@ class PeerStep : public StepInstance {
  public:
   PeerStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream)
       : StepInstance(p, logits_out),
-        gemms_(p, act_, logits_out, stream),
+        gemms_(m_, p.weights.layers[0], act_, p.shape.batch, p.weights.lm_head->data, logits_out, stream),
         rope_(m_, p.shape.batch, stream),
         table_(baselines::flashinfer::paged_kv_table(p.cache.table_host, p.cache.max_pages, p.cache.lengths,
                                                      p.cache.page_size)),
@@ -209,7 +131,7 @@ class PeerStep : public StepInstance {
       const LlamaLayerWeights& w = W.layers[size_t(l)];
       const kernels::PagedKv kv = p_.cache.layer(l, m_);
       gemms_.run(CublasGemms::qkv, w.wqkv->data, act_.y->data, act_.qkv->data, s);
-      rope_.run(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, s);
+      rope_.rotate_and_append(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, s);
       attention_.run_paged(act_.q->data, kv.k_pages, kv.v_pages, act_.o->data, nullptr, s);
       gemms_.run(CublasGemms::o_proj, w.wo->data, act_.o->data, act_.y->data, s);
       fi::fused_add_rmsnorm(act_.y->data, act_.x->data, w.ffn_norm->data, p_.shape.batch, m_.hidden, m_.eps,
@@ -250,69 +172,6 @@ class PeerStep : public StepInstance {
   baselines::flashinfer::BatchAttentionPlan attention_;
 };
 
-// y[m, n] = x[m, k] · W[n, k]ᵀ for the GEMM core.
-kernels::gemm::GemmArgs core_gemm_args(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k) {
-  kernels::gemm::GemmArgs a;
-  a.a = x;
-  a.b = w;
-  a.out = y;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  return a;
-}
-
-// The step's GEMMs on the core, each on fixed operands: planned and its tensor maps encoded once; the
-// split-K partials in one workspace shared by all (they run one after another on one stream).
-class CoreGemms {
- public:
-  // Plans every GEMM first (sizing the shared workspace), then prepares them all on it.
-  void add(const kernels::gemm::GemmArgs& a) {
-    const auto plan = kernels::gemm::plan_gemm(a.m, a.n, a.k, current_device_sm_count());
-    pending_.push_back({a, plan});
-    bytes_ = std::max(bytes_, kernels::gemm::gemm_workspace_bytes(a, plan));
-  }
-  void prepare(cudaStream_t stream) {
-    workspace_ = DeviceBuffer(std::max<size_t>(bytes_, 16), "GEMM split-K partials");
-    for (auto& [a, plan] : pending_) launches_.push_back(kernels::gemm::prepare_gemm(a, plan, workspace_.get(), stream));
-    pending_.clear();
-  }
-  void run(size_t index, cudaStream_t stream) const { kernels::gemm::run_gemm(launches_[index], stream); }
-  size_t size() const { return launches_.size() + pending_.size(); }
-  size_t workspace_bytes() const { return workspace_.bytes(); }
-
- private:
-  std::vector<std::pair<kernels::gemm::GemmArgs, kernels::gemm::GemmPlan>> pending_;
-  std::vector<kernels::gemm::GemmLaunch> launches_;
-  DeviceBuffer workspace_;
-  size_t bytes_ = 0;
-};
-
-// Ours' FFN, y = (SiLU(xn·W_gateᵀ) ⊙ xn·W_upᵀ)·W_downᵀ, behind one class so that the switch to the
-// fused FFN (kernels/ffn/ffn.h, prepare_ffn/run_ffn on an interleaved gate|up weight, branch `ffn`)
-// is a change here alone. Until then: the GEMM core's gate|up GEMM, the SiLU·mul step, the down GEMM.
-class OursFfn {
- public:
-  OursFfn(const LlamaLayerWeights& w, const LlamaShape& m, const StepActivations& act, int batch, CoreGemms& gemms)
-      : gemms_(gemms), act_(act), batch_(batch), ffn_(m.ffn), first_(gemms.size()) {
-    gemms.add(core_gemm_args(act.xn->data, w.w_gate_up->data, act.gate_up->data, batch, 2 * int64_t(m.ffn), m.hidden));
-    gemms.add(core_gemm_args(act.h->data, w.w_down->data, act.y->data, batch, m.hidden, m.ffn));
-  }
-  // act.xn → act.y
-  void run(cudaStream_t s) const {
-    gemms_.run(first_, s);
-    kernels::ffn::silu_mul(act_.gate_up->data, batch_, ffn_, act_.h->data, nullptr, s);
-    gemms_.run(first_ + 1, s);
-  }
-
- private:
-  const CoreGemms& gemms_;
-  const StepActivations& act_;
-  int batch_;
-  int64_t ffn_;
-  size_t first_;
-};
-
 class OursStep : public StepInstance {
  public:
   OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream)
@@ -324,14 +183,14 @@ class OursStep : public StepInstance {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
     const int batch = p.shape.batch;
     for (const LlamaLayerWeights& w : p.weights.layers) {
-      layer_first_.push_back(gemms_.size());
-      gemms_.add(core_gemm_args(act_.xn->data, w.wqkv->data, act_.qkv->data, batch, m_.qkv_width(), m_.hidden));
+      layer_first_.push_back(
+          gemms_.add(core_gemm_args(act_.xn->data, w.wqkv->data, act_.qkv->data, batch, m_.qkv_width(), m_.hidden)));
       gemms_.add(core_gemm_args(act_.o->data, w.wo->data, act_.y->data, batch, m_.hidden,
                                 int64_t(m_.heads) * m_.head_dim));
       ffns_.emplace_back(w, m_, act_, batch, gemms_);
     }
-    lm_head_ = gemms_.size();
-    gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, batch, m_.vocab, m_.hidden));
+    lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, batch, m_.vocab,
+                                         m_.hidden));
     gemms_.prepare(stream);
     capture(stream);
   }
@@ -352,7 +211,7 @@ class OursStep : public StepInstance {
       gemms_.run(layer_first_[size_t(l)] + 1, s);  // o_proj
       kernels::add_rmsnorm_forward(act_.y->data, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data,
                                    act_.x->data, act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
-      ffns_[size_t(l)].run(s);
+      ffns_[size_t(l)].run(gemms_, s);
       const void* next_norm = l + 1 < m_.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data;
       kernels::add_rmsnorm_forward(act_.y->data, act_.x->data, next_norm, act_.x->data, act_.xn->data, batch,
                                    m_.hidden, m_.eps, DType::bf16, s);

@@ -5,7 +5,7 @@
 // Napkin math (7B, bf16, batch 1, context 1k): 13.5 GB of weights + 0.5 GB of KV read per step, 4.5 ms
 // at 3.1 TB/s, for 13 GFLOP: bandwidth-bound until batch ~100. The floor is those bytes at the
 // GPU's read rate (ReadBound "floor": pct_of_read_bound is pct_of_floor).
-// The check: logits against the fp32 reference composition (decode_step_reference.cu) with
+// The check: logits against the fp32 reference composition (llama_reference.cu) with
 // element tolerances counted for N layers, and the argmax against the baseline's on >= 99% of rows
 // (StepInstance::copy_out). Launches are idempotent: each writes its new tokens' K/V at the same
 // positions (context − 1) over the same cached context, so every launch sees the same cache.
@@ -22,6 +22,7 @@
 #include "kernels/attention/kv_cache.h"
 #include "kernels/gemm/gemm.h"
 #include "suites/llama/decode_step.h"
+#include "suites/llama/llama_blocks.h"
 #include "suites/llama/llama_suites.h"
 
 namespace topt::suites {
@@ -179,7 +180,7 @@ std::vector<ReadBound> DecodeStepProblem::read_bounds() const {
   return {{"floor", {{"weights_and_kv", [graph](cudaStream_t s) { CUDA_CHECK(cudaGraphLaunch(graph, s)); }}}}};
 }
 
-StepActivations::StepActivations(const LlamaShape& s, int batch)
+StepActivations::StepActivations(const LlamaShape& s, int64_t batch)
     : x(DType::bf16, {batch, s.hidden}, "x"),
       xn(DType::bf16, {batch, s.hidden}, "xn"),
       qkv(DType::bf16, {batch, s.qkv_width()}, "qkv"),
@@ -194,21 +195,21 @@ size_t StepActivations::bytes() const {
          h->bytes();
 }
 
-StepInstance::StepInstance(const DecodeStepProblem& p, void* logits_out)
-    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.batch) {}
-
-StepInstance::~StepInstance() {
+GraphedInstance::~GraphedInstance() {
   if (graph_) cudaGraphExecDestroy(graph_);
 }
 
-void StepInstance::capture(cudaStream_t stream) {
+void GraphedInstance::capture(cudaStream_t stream) {
   step(stream);
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaStreamSynchronize(stream));
   graph_ = capture_graph([this](cudaStream_t s) { step(s); }, 1, stream);
 }
 
-void StepInstance::launch(cudaStream_t stream) { CUDA_CHECK(cudaGraphLaunch(graph_, stream)); }
+void GraphedInstance::launch(cudaStream_t stream) { CUDA_CHECK(cudaGraphLaunch(graph_, stream)); }
+
+StepInstance::StepInstance(const DecodeStepProblem& p, void* logits_out)
+    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.batch) {}
 
 namespace {
 
@@ -279,11 +280,7 @@ const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const De
 std::string ours_unsupported(const Case& c) {
   const StepCase s(c);
   const LlamaShape& m = s.model;
-  const int64_t attn = int64_t(m.heads) * m.head_dim;
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{m.qkv_width(), m.hidden}, {m.hidden, attn},
-                      {2 * int64_t(m.ffn), m.hidden}, {m.hidden, m.ffn}, {m.vocab, m.hidden}})
-    if (std::string why = kernels::gemm::gemm_unsupported(s.batch, n, k, kernels::gemm::Operands::bf16); !why.empty())
-      return why;
+  if (std::string why = core_gemms_unsupported(m, s.batch, true); !why.empty()) return why;
   kernels::PagedKv kv;
   kv.batch = s.batch;
   kv.kv_heads = m.kv_heads;
@@ -291,12 +288,7 @@ std::string ours_unsupported(const Case& c) {
   kv.page_size = s.page_size;
   kv.dtype = DType::bf16;
   if (std::string why = kernels::decode_unsupported(kv, {m.heads, 1, s.context}); !why.empty()) return why;
-  kernels::RopeShape rope;
-  rope.tokens = s.batch;
-  rope.heads = m.heads;
-  rope.kv_heads = m.kv_heads;
-  rope.head_dim = m.head_dim;
-  return kernels::rope_unsupported(rope);
+  return kernels::rope_unsupported(rope_shape(m, s.batch));
 }
 
 std::string peer_unsupported(const Case& c) {

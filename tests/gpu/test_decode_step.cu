@@ -1,4 +1,4 @@
-// rope and decode_step on tiny shapes: every implementation against its reference, the fused RoPE +
+// rope, llama_layer and decode_step on tiny shapes: every implementation against its reference, the fused RoPE +
 // KV append against RoPE then append (bit for bit), repeated decode steps (idempotent launches), the
 // argmax check and the element check biting, and the memory refusal.
 #include <array>
@@ -98,13 +98,50 @@ TEST_F(RopeOp, FusedAppendMatchesRopeThenAppend) {
   EXPECT_EQ(to_host_f64(*pools[1], stream), to_host_f64(*pools[3], stream));
 }
 
-class DecodeStepOp : public GpuTest {};
+class LlamaLayerOp : public GpuTest {};
+
+TEST_F(LlamaLayerOp, EveryCompositionPasses) {
+  for (int64_t tokens : {1, 37, 300})
+    for (const char* impl : {"baseline", "flashinfer", "ours"}) {
+      Params p;
+      for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
+               {"hidden", 256}, {"heads", 2}, {"kv_heads", 1}, {"ffn", 704}, {"vocab", 1024}, {"layers", 1},
+               {"tokens", tokens}})
+        p.set(name, value);
+      const Case c = make_case("llama_layer", p, DType::bf16);
+      if (small_shapes_only() && std::string(impl) != "ours") continue;  // cuBLASLt inside: see gpu_test.h
+      const CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
+    }
+}
+
+class DecodeStepOp : public GpuTest {
+ protected:
+  // The case's problem, its reference and ours prepared on it, as `topt run` makes them.
+  struct Prepared {
+    std::unique_ptr<Problem> problem;
+    Reference ref;
+    std::unique_ptr<Instance> ours;
+  };
+  // ours' argmax check (copy_out) runs the baseline composition, cuBLASLt inside (gpu_test.h).
+  void skip_under_racecheck() {
+    if (small_shapes_only()) GTEST_SKIP() << "the argmax check runs cuBLASLt, left out under racecheck";
+  }
+  Prepared prepare_ours(const Case& c, uint64_t seed) {
+    const OpDef* op = builtin_registry().find(c.op);
+    Prepared p;
+    p.problem = op->make_problem(c, seed, stream);
+    p.ref = compute_reference(*p.problem, int64_t(1) << 22, stream);
+    p.ours = op->find_impl("ours")->prepare(*p.problem, c, stream);
+    return p;
+  }
+};
 
 TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
+  skip_under_racecheck();
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
     for (const char* impl : {"baseline", "flashinfer", "ours"}) {
       const Case c = step_case(2, batch, context);
-      if (left_out_under_racecheck("attention_decode", impl)) continue;
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
     }
@@ -112,16 +149,13 @@ TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
 
 // The step appends its new tokens' K/V at the same positions every launch: every launch's logits pass.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
-  const Case c = step_case(3, 4, 40);
-  const OpDef* op = builtin_registry().find(c.op);
-  auto problem = op->make_problem(c, 99, stream);
-  Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-  auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
+  skip_under_racecheck();
+  Prepared p = prepare_ours(step_case(3, 4, 40), 99);
   for (int launch = 0; launch < 3; ++launch) {
-    for (auto& out : problem->outputs()) poison_nan(out, stream);
-    inst->launch(stream);
-    inst->copy_out(stream);
-    const CheckResult r = check_outputs(*problem, ref, stream);
+    for (auto& out : p.problem->outputs()) poison_nan(out, stream);
+    p.ours->launch(stream);
+    p.ours->copy_out(stream);
+    const CheckResult r = check_outputs(*p.problem, p.ref, stream);
     EXPECT_TRUE(r.passes()) << "launch " << launch << ": " << r.describe();
   }
 }
@@ -129,19 +163,16 @@ TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
 // A row's logits replaced by another's fails the element check; a token boosted to the top fails the
 // argmax check (batch 1: the one row disagrees with the baseline).
 TEST_F(DecodeStepOp, ChecksBite) {
-  const Case c = step_case(2, 2, 33);
-  const OpDef* op = builtin_registry().find(c.op);
-  auto problem = op->make_problem(c, 5, stream);
-  Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-  auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
-  const Tensor logits = problem->outputs()[0];
+  skip_under_racecheck();
+  Prepared p = prepare_ours(step_case(2, 2, 33), 5);
+  const Tensor logits = p.problem->outputs()[0];
   const int64_t vocab = logits.shape[1];
-  inst->launch(stream);
+  p.ours->launch(stream);
   std::vector<double> host = to_host_f64(logits, stream);
   std::vector<double> copied = host;
   std::copy(host.begin() + vocab, host.end(), copied.begin());  // row 0 := row 1
   from_host_f64(logits, copied, stream);
-  const CheckResult wrong = check_outputs(*problem, ref, stream);
+  const CheckResult wrong = check_outputs(*p.problem, p.ref, stream);
   EXPECT_FALSE(wrong.passes());
   EXPECT_NE(wrong.describe().find("sequence 0"), std::string::npos) << wrong.describe();
 
@@ -160,7 +191,7 @@ TEST_F(DecodeStepOp, ChecksBite) {
     boosted[size_t(r * vocab + low)] = top + 5 * rms;
   }
   from_host_f64(logits, boosted, stream);
-  EXPECT_THROW(inst->copy_out(stream), std::runtime_error);
+  EXPECT_THROW(p.ours->copy_out(stream), std::runtime_error);
 }
 
 TEST_F(DecodeStepOp, RefusesWhatDoesNotFit) {

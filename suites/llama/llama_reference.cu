@@ -1,4 +1,4 @@
-// decode_step's reference: the same step in fp32 activations (double sums) from the reference kernels
+// decode_step's and llama_layer's references: the same step (layer) in fp32 activations (double sums) from the reference kernels
 // of the ops it is made of: rmsnorm's (with the residual add, unrounded), gemm_bf16's (double GEMM on
 // the bf16 weights), rope's, attention_decode's (through the block table). Only the cache is bf16, as
 // the model's cache is: the new token's K and V are rounded once when they are stored.
@@ -12,6 +12,7 @@
 #include "suites/attention/attention_suites.h"
 #include "suites/gemm/gemm_reference.cuh"
 #include "suites/llama/decode_step.h"
+#include "suites/llama/llama_blocks.h"
 #include "suites/llama/llama_suites.h"
 #include "suites/norm/norm_suites.h"
 
@@ -55,6 +56,16 @@ __global__ void store_new_kv_kernel(const float* k, const float* v, kernels::Pag
 
 const __nv_bfloat16* bf16(const OwnedTensor& t) { return t->as<__nv_bfloat16>(); }
 
+// y = (SiLU(xn·W_gateᵀ) ⊙ xn·W_upᵀ)·W_downᵀ in fp32 over `rows` rows; gate_up and h are scratch.
+void ffn_reference(const LlamaShape& m, const LlamaLayerWeights& w, const float* xn, float* gate_up, float* h,
+                   float* y, int64_t rows, cudaStream_t s) {
+  gemm_reference(F32Loader{xn, m.hidden}, Bf16Loader{bf16(w.w_gate_up), m.hidden}, gate_up, rows, 2 * int64_t(m.ffn),
+                 m.hidden, s);
+  silu_mul_reference_kernel<<<blocks_for(rows * m.ffn), kThreads, 0, s>>>(gate_up, h, rows, m.ffn);
+  CUDA_CHECK_LAUNCH();
+  gemm_reference(F32Loader{h, m.ffn}, Bf16Loader{bf16(w.w_down), m.ffn}, y, rows, m.hidden, int64_t(m.ffn), s);
+}
+
 }  // namespace
 
 void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream_t s) {
@@ -67,12 +78,8 @@ void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream
                q = buffer(attn, "reference q"), k = buffer(kv_width, "reference k"), v = buffer(kv_width, "reference v"),
                o = buffer(attn, "reference o"), y = buffer(hidden, "reference y"),
                gate_up = buffer(2 * int64_t(m.ffn), "reference gate|up"), h = buffer(m.ffn, "reference h");
-  kernels::RopeShape rope;
-  rope.tokens = batch;
-  rope.heads = m.heads;
-  rope.kv_heads = m.kv_heads;
-  rope.head_dim = m.head_dim;
-  const double scale = 1.0 / std::sqrt(double(m.head_dim));
+  const kernels::RopeShape rope = rope_shape(m, batch);
+  const double scale = attention_scale(m);
   const auto& W = p.weights;
 
   widen_kernel<<<blocks_for(batch * hidden), kThreads, 0, s>>>(bf16(p.x_in), x_a.as<float>(), batch * hidden);
@@ -98,17 +105,42 @@ void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream
     decode_reference_gpu(q.get(), DType::f32, kv, m.heads, 1, p.cache.max_len, scale, o.as<float>(), s);
     gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{bf16(w.wo), attn}, y.as<float>(), batch, hidden, attn, s);
     add_norm(w.ffn_norm->data);
-    gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{bf16(w.w_gate_up), hidden}, gate_up.as<float>(),
-                   batch, 2 * int64_t(m.ffn), hidden, s);
-    silu_mul_reference_kernel<<<blocks_for(batch * m.ffn), kThreads, 0, s>>>(gate_up.as<float>(), h.as<float>(), batch,
-                                                                             m.ffn);
-    CUDA_CHECK_LAUNCH();
-    gemm_reference(F32Loader{h.as<float>(), m.ffn}, Bf16Loader{bf16(w.w_down), m.ffn}, y.as<float>(), batch, hidden,
-                   int64_t(m.ffn), s);
+    ffn_reference(m, w, xn.as<float>(), gate_up.as<float>(), h.as<float>(), y.as<float>(), batch, s);
     add_norm(l + 1 < m.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data);
   }
   gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{bf16(W.lm_head), hidden}, logits, batch, m.vocab,
                  hidden, s);
+  CUDA_CHECK(cudaStreamSynchronize(s));  // before the buffers are freed
+}
+
+void llama_layer_reference(const LlamaShape& m, const LlamaLayerWeights& w, const void* x_in, int64_t tokens,
+                           const int32_t* positions, const int32_t* cu_seqlens, float* out, cudaStream_t s) {
+  const int64_t hidden = m.hidden, attn = int64_t(m.heads) * m.head_dim, kv_width = int64_t(m.kv_heads) * m.head_dim;
+  auto buffer = [&](int64_t width, const char* what) { return DeviceBuffer(size_t(tokens * width) * 4, what); };
+  DeviceBuffer x = buffer(hidden, "reference x"), x_mid = buffer(hidden, "reference x"),
+               xn = buffer(hidden, "reference xn"), qkv = buffer(m.qkv_width(), "reference qkv"),
+               q = buffer(attn, "reference q"), k = buffer(kv_width, "reference k"), v = buffer(kv_width, "reference v"),
+               o = buffer(attn, "reference o"), lse = buffer(m.heads, "reference lse"),
+               y = buffer(hidden, "reference y"), gate_up = buffer(2 * int64_t(m.ffn), "reference gate|up"),
+               h = buffer(m.ffn, "reference h");
+  widen_kernel<<<blocks_for(tokens * hidden), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(x_in), x.as<float>(),
+                                                                tokens * hidden);
+  CUDA_CHECK_LAUNCH();
+  rmsnorm_reference_gpu_f32(x.as<float>(), nullptr, w.attn_norm->data, nullptr, xn.as<float>(), tokens, hidden, m.eps,
+                            DType::bf16, s);
+  gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{bf16(w.wqkv), hidden}, qkv.as<float>(), tokens,
+                 m.qkv_width(), hidden, s);
+  rope_reference_gpu(qkv.as<float>(), positions, q.as<float>(), k.as<float>(), v.as<float>(), rope_shape(m, tokens), s);
+  prefill_reference_gpu(q.get(), k.get(), v.get(), DType::f32, cu_seqlens, cu_seqlens, 1, int(tokens), m.heads,
+                        m.kv_heads, m.head_dim, int(tokens), float(attention_scale(m)), true, o.as<float>(),
+                        lse.as<float>(), s);
+  gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{bf16(w.wo), attn}, y.as<float>(), tokens, hidden, attn, s);
+  rmsnorm_reference_gpu_f32(y.as<float>(), x.as<float>(), w.ffn_norm->data, x_mid.as<float>(), xn.as<float>(), tokens,
+                            hidden, m.eps, DType::bf16, s);
+  ffn_reference(m, w, xn.as<float>(), gate_up.as<float>(), h.as<float>(), y.as<float>(), tokens, s);
+  // out = y + x_mid, unrounded (the norm's output, into xn, is not needed).
+  rmsnorm_reference_gpu_f32(y.as<float>(), x_mid.as<float>(), w.ffn_norm->data, out, xn.as<float>(), tokens, hidden,
+                            m.eps, DType::bf16, s);
   CUDA_CHECK(cudaStreamSynchronize(s));  // before the buffers are freed
 }
 
