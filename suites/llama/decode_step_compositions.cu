@@ -153,13 +153,7 @@ class PeerStep : public StepInstance {
  private:
   static baselines::flashinfer::BatchAttentionShape attention_shape(const DecodeStepProblem& p,
                                                                     const baselines::flashinfer::PagedKvTable& table) {
-    const LlamaShape& m = p.shape.model;
-    baselines::flashinfer::BatchAttentionShape s;
-    s.heads = m.heads;
-    s.kv_heads = m.kv_heads;
-    s.head_dim = m.head_dim;
-    s.dtype = DType::bf16;
-    s.causal = true;
+    baselines::flashinfer::BatchAttentionShape s = flashinfer_attention_shape(p.shape.model);
     s.page_size = p.cache.page_size;
     for (int b = 0; b <= p.shape.batch; ++b) s.q_indptr.push_back(b);
     s.kv_indptr = table.indptr;

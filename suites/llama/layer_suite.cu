@@ -178,12 +178,7 @@ class PeerLayer : public LayerInstance {
     return gemms_.workspace_bytes() + rope_.bytes() + attention_.workspace_bytes();
   }
   static baselines::flashinfer::BatchAttentionShape attention_shape(const LlamaShape& m, int64_t tokens) {
-    baselines::flashinfer::BatchAttentionShape s;
-    s.heads = m.heads;
-    s.kv_heads = m.kv_heads;
-    s.head_dim = m.head_dim;
-    s.dtype = DType::bf16;
-    s.causal = true;
+    baselines::flashinfer::BatchAttentionShape s = flashinfer_attention_shape(m);
     s.q_indptr = {0, int32_t(tokens)};
     s.kv_indptr = {0, int32_t(tokens)};
     return s;

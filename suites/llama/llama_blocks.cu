@@ -20,6 +20,16 @@ kernels::RopeShape rope_shape(const LlamaShape& m, int64_t tokens) {
 
 double attention_scale(const LlamaShape& m) { return 1.0 / std::sqrt(double(m.head_dim)); }
 
+baselines::flashinfer::BatchAttentionShape flashinfer_attention_shape(const LlamaShape& m) {
+  baselines::flashinfer::BatchAttentionShape s;
+  s.heads = m.heads;
+  s.kv_heads = m.kv_heads;
+  s.head_dim = m.head_dim;
+  s.dtype = DType::bf16;
+  s.causal = true;
+  return s;
+}
+
 CublasGemms::CublasGemms(const LlamaShape& m, const LlamaLayerWeights& w0, const StepActivations& act, int64_t rows,
                          const void* lm_head_w, void* logits, cudaStream_t stream) {
   add(qkv, m.qkv_width(), m.hidden, w0.wqkv->data, act.xn->data, act.qkv->data, rows, stream);

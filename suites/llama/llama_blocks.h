@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/cublaslt_matmul.h"
 #include "harness/tensor.h"
 #include "kernels/attention/paged_kv.h"
@@ -20,6 +21,9 @@ namespace topt::suites {
 
 kernels::RopeShape rope_shape(const LlamaShape& m, int64_t tokens);
 double attention_scale(const LlamaShape& m);
+// FlashInfer's attention shape for the model: heads, head_dim, bf16, causal; the caller adds the
+// sequences (q_indptr, kv_indptr) and the page size.
+baselines::flashinfer::BatchAttentionShape flashinfer_attention_shape(const LlamaShape& m);
 
 // A layer's GEMM shapes (and the LM head's) through cuBLASLt, each planned once on `rows` rows (its
 // fastest candidate on layer 0's weights, timed hot at prepare) and run on every layer's weights; one
