@@ -23,6 +23,11 @@ LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
     };
     set_scale(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, spec.a_scale, spec.a_scale_mode);
     set_scale(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, spec.b_scale, spec.b_scale_mode);
+    if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &spec.epilogue,
+                                                  sizeof(spec.epilogue)));
+    if (spec.bias)
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &spec.bias, sizeof(spec.bias)));
     // Column-major, tightly packed: A is m × k (k × m transposed), B k × n, D m × n.
     const int64_t a_rows = spec.trans_a ? spec.k : spec.m, a_cols = spec.trans_a ? spec.m : spec.k;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, spec.a_type, a_rows, a_cols, a_rows));
@@ -62,11 +67,13 @@ void LtMatmul::destroy() {
 }
 
 void LtMatmul::run(int index, const void* a, const void* b, void* d, void* workspace, cudaStream_t stream) const {
-  const float alpha = 1, beta = 0;
-  const int32_t alpha_i = 1, beta_i = 0;
+  // C (a residual) has D's type and shape, so D's layout describes it.
+  const float alpha = 1, beta = spec_.c ? 1 : 0;
+  const int32_t alpha_i = 1, beta_i = spec_.c ? 1 : 0;
   const bool integer = spec_.scale_type == CUDA_R_32I;
+  const void* c = spec_.c ? spec_.c : d;
   CUBLAS_CHECK(cublasLtMatmul(handle_, op_, integer ? static_cast<const void*>(&alpha_i) : &alpha, a, a_, b, b_,
-                              integer ? static_cast<const void*>(&beta_i) : &beta, d, d_, d, d_,
+                              integer ? static_cast<const void*>(&beta_i) : &beta, c, d_, d, d_,
                               &candidates_[size_t(index)].algo, workspace, spec_.workspace_bytes, stream));
 }
 

@@ -13,7 +13,7 @@
 
 namespace topt {
 
-// D[m, n] = alpha · op(A)[m, k] · B[k, n] in cuBLAS's column-major terms; op(A) = Aᵀ with trans_a
+// D[m, n] = alpha · op(A)[m, k] · B[k, n] (+ C) in cuBLAS's column-major terms; op(A) = Aᵀ with trans_a
 // (A then stored k × m). Row-major y[M, N] = x[M, K] · W[N, K]ᵀ is m = N, n = M, A = W with trans_a,
 // B = x: the "TN" layout, the one FP8 and INT8 need on Hopper.
 struct LtMatmulSpec {
@@ -27,6 +27,12 @@ struct LtMatmulSpec {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   int a_scale_mode = -1, b_scale_mode = -1;  // -1: not set (a scalar)
+  // Epilogue (the fused FFN's baselines): cuBLASLt's own (BIAS, GELU_BIAS, ...) with `bias` (a vector of
+  // m elements of D's type), and C = `c` with beta = 1 where given (a residual, m × n like D), else
+  // beta = 0. The defaults are the plain matmul.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  const void* c = nullptr;
   int max_candidates = 8;
   size_t workspace_bytes = size_t(32) << 20;
 };

@@ -3,6 +3,7 @@
 #include "harness/registry.h"
 #include "suites/attention/attention_suites.h"
 #include "suites/comm/comm_suites.h"
+#include "suites/ffn/ffn_suites.h"
 #include "suites/gemm/gemm_suites.h"
 #include "suites/llama/llama_suites.h"
 #include "suites/norm/norm_suites.h"
@@ -25,6 +26,7 @@ const Registry& builtin_registry() {
     suites::register_gemm_int8(r);
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
+    suites::register_ffn(r);
     suites::register_rope(r);
     suites::register_decode_step(r);
     suites::register_llama_layer(r);

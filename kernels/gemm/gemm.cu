@@ -3,10 +3,12 @@
 // to read once, so large M is compute-bound by 25x. At M = 1 the same weights (940 MB) take ~0.3 ms
 // at 3.1 TB/s for 0.9 GFLOP: the weights' read is everything.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/gemm.h"
@@ -55,6 +57,29 @@ __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
     const int64_t r = i / p.n, c = i % p.n;
     const float row_f = row_factor(p.epilogue, tensor_scale(p.epilogue), r);
     static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, row_f, r, c, p.n, sum));
+  }
+}
+
+// silu_gated's split-K reduce: y[r, c] = SiLU(Σ gate partials)·(Σ up partials) per output element
+// (gate column 2·kGatedGroup·(c / kGatedGroup) + c % kGatedGroup, its up column kGatedGroup further):
+// the pair is complete only after the sum, so the activation runs here, not in the splits.
+__global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p) {
+  const Epilogue& e = p.epilogue;
+  const int64_t total = int64_t(p.m) * e.gated_cols, split_stride = int64_t(p.m) * p.n;
+  const float tensor = tensor_scale(e), inv_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / e.gated_cols, c = i % e.gated_cols;
+    const int64_t gate = r * p.n + 2 * kGatedGroup * (c / kGatedGroup) + c % kGatedGroup;
+    float g = 0, u = 0;
+    for (int s = 0; s < p.splits; ++s) {
+      g += p.partial[s * split_stride + gate];
+      u += p.partial[s * split_stride + gate + kGatedGroup];
+    }
+    const float row_f = row_factor(e, tensor, r), y = silu(g * row_f) * (u * row_f);
+    if (e.out_scale)
+      static_cast<uint8_t*>(p.out)[i] = uint8_t(__nv_cvt_float_to_fp8(y * inv_scale, __NV_SATFINITE, __NV_E4M3));
+    else
+      static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(y);
   }
 }
 
@@ -119,6 +144,25 @@ struct WorkspaceLayout {
   static size_t counter_count(const GemmPlan& plan) { return size_t(plan.m_tiles * plan.n_tiles); }
 };
 
+// The silu_gated pairing's preconditions (the kernels assume them; gemm.h says why).
+void check_epilogue(const GemmArgs& args) {
+  const Epilogue& e = args.epilogue;
+  if (e.activation != Activation::silu_gated) {
+    if (e.out_scale) throw std::invalid_argument("gemm: out_scale (E4M3 output) is the silu_gated epilogue's only");
+    return;
+  }
+  const int64_t cols = e.gated_cols, pair_rows = (cols + kGatedGroup - 1) / kGatedGroup * 2 * kGatedGroup;
+  if (cols <= 0 || cols % 2 != 0)
+    throw std::invalid_argument("gemm silu_gated: gated_cols = " + std::to_string(cols) +
+                                " must be even and > 0 (output pairs are stored whole)");
+  if (pair_rows > args.n)
+    throw std::invalid_argument("gemm silu_gated: " + std::to_string(cols) + " output columns need " +
+                                std::to_string(pair_rows) + " interleaved gate/up rows of W, N = " +
+                                std::to_string(args.n));
+  if (e.col_scale || e.bias || e.residual)
+    throw std::invalid_argument("gemm silu_gated: takes no column scales, bias or residual");
+}
+
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
@@ -133,6 +177,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
+  check_epilogue(args);
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
@@ -169,9 +214,13 @@ void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
     case Operands::s8: launch_tile<S8Operands>(l, stream); break;
   }
   if (l.plan.splits > 1 && !l.params.tile_counters) {
-    const int64_t total = int64_t(l.params.m) * l.params.n;
+    const bool gated = l.params.epilogue.activation == Activation::silu_gated;
+    const int64_t total = int64_t(l.params.m) * (gated ? l.params.epilogue.gated_cols : l.params.n);
     const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
-    splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);
+    if (gated)
+      splitk_reduce_gated_kernel<<<blocks, 256, 0, stream>>>(l.params);
+    else
+      splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -17,11 +17,22 @@
 
 namespace topt::kernels::gemm {
 
-enum class Activation { none, silu };
+// gelu_tanh: GELU's tanh form, 0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³))), the one cuBLASLt's GELU
+// epilogues compute. silu_gated: the SwiGLU pair, see Epilogue::gated_cols.
+enum class Activation { none, silu, gelu_tanh, silu_gated };
+
+// silu_gated: W's rows alternate between gate and up in groups of kGatedGroup, so that the wgmma
+// accumulator fragment of a thread (two columns in each group of 8) holds a gate column and its up
+// column in the same registers: no shuffle, no shared memory (kernels/ffn/NOTES.md).
+constexpr int kGatedGroup = 8;
 
 // What happens to an fp32 accumulator `acc` of element (r, c) on its way out:
 //   y = act(acc · alpha · a_scale · b_scale · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]
 // Null pointers are left out. bias and residual are bf16, like the output.
+// silu_gated instead pairs accumulators: with g and u the scaled accumulators of gate column
+// 2·kGatedGroup·t + i and up column 2·kGatedGroup·t + kGatedGroup + i, y[r, kGatedGroup·t + i] =
+// SiLU(g)·u, for the gated_cols columns of y (col_scale, bias and residual must be null); y is bf16,
+// or the E4M3 codes of y / *out_scale where out_scale is given (the next FP8 GEMM's input).
 struct Epilogue {
   float alpha = 1.f;
   const float* a_scale = nullptr;    // per-tensor scale of x (device scalar: FP8 per-tensor scaling)
@@ -31,13 +42,15 @@ struct Epilogue {
   const void* bias = nullptr;        // [N]
   const void* residual = nullptr;    // [M, N]
   Activation activation = Activation::none;
+  int gated_cols = 0;                // silu_gated: columns of y (at most N / 2)
+  const float* out_scale = nullptr;  // silu_gated: device scalar; y as E4M3 codes of y / *out_scale
 };
 
 struct GemmArgs {
   Operands operands = Operands::bf16;
   const void* a = nullptr;  // [M, K] row-major, of `operands`
   const void* b = nullptr;  // [N, K] row-major (a linear layer's weight)
-  void* out = nullptr;      // [M, N] bf16, row-major
+  void* out = nullptr;      // [M, N] bf16, row-major (silu_gated: [M, gated_cols], bf16 or E4M3)
   int64_t m = 0, n = 0, k = 0;
   // FP8 block scales (DeepSeek-V3), applied at each 128-deep promotion: x's per (token, 128 of K),
   // [M, K/128] row-major; W's per (128 rows, 128 of K), [ceil(N/128), K/128] row-major. Null: none.

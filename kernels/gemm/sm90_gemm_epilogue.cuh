@@ -13,6 +13,7 @@
 // (stores may alias them, so the compiler would not hoist the loads over the stores itself).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -33,15 +34,24 @@ __device__ __forceinline__ float row_factor(const Epilogue& e, float tensor, int
   return e.row_scale ? tensor * e.row_scale[r] : tensor;
 }
 
+// SiLU(v) = v / (1 + exp(-v)), divided with __fdividef: an IEEE division brings a slow-path call into
+// every unrolled pair; for v < -88, exp(-v) is inf and the quotient is -0, SiLU's limit.
+__device__ __forceinline__ float silu(float v) { return __fdividef(v, 1.f + __expf(-v)); }
+
+// GELU's tanh form as v · sigmoid(2z), z = √(2/π)·(v + 0.044715·v³): SiLU's shape, the same limits.
+__device__ __forceinline__ float gelu_tanh(float v) {
+  constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;
+  return __fdividef(v, 1.f + __expf(-kTwoSqrt2OverPi * v * fmaf(0.044715f * v, v, 1.f)));
+}
+
 // y[r, c] = act(acc · row_factor · col_scale[c] + bias[c]) + residual[r, c] (null pointers left out).
-// SiLU divides with __fdividef: an IEEE division brings a slow-path call into every unrolled pair; for
-// v < -88, exp(-v) is inf and the quotient is -0, SiLU's limit.
 __device__ __forceinline__ float epilogue_value(const Epilogue& e, float row_f, int64_t r, int64_t c, int64_t n,
                                                 float acc) {
   float v = acc * row_f;
   if (e.col_scale) v *= e.col_scale[c];
   if (e.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(e.bias)[c]);
-  if (e.activation == Activation::silu) v = __fdividef(v, 1.f + __expf(-v));
+  if (e.activation == Activation::silu) v = silu(v);
+  if (e.activation == Activation::gelu_tanh) v = gelu_tanh(v);
   if (e.residual) v += __bfloat162float(static_cast<const __nv_bfloat16*>(e.residual)[r * n + c]);
   return v;
 }
@@ -198,10 +208,43 @@ __device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const 
   });
 }
 
+// silu_gated (SwiGLU): in a tile (its first column a multiple of 2·kGatedGroup) the thread's column
+// groups alternate gate (8-column group 2t) and up (2t + 1), so its accumulators 8t + 2h + e and
+// 8t + 4 + 2h + e are a gate and its up, of output column (tile column)/2 + 8t + 2(lane % 4) + e. Per
+// output pair: 4 multiplies, two SiLUs, one 4-byte (bf16) or 2-byte (E4M3 codes) store; gated_cols is
+// even (prepare_gemm checks), so a pair is in or out as a whole and its store aligned.
+template <int kBlockN, bool kCodes, class Acc>
+__device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
+                                               const Acc (&acc)[kBlockN / 2]) {
+  static_assert(kGatedGroup == 8 && kBlockN % (2 * kGatedGroup) == 0, "gate and up groups alternate in the tile");
+  const Epilogue& e = p.epilogue;
+  const float inv_scale = kCodes ? __frcp_rn(*e.out_scale) : 1.f;
+  const int col0 = (f.col + f.col % 8) / 2;  // tile column / 2 + 2 (lane % 4)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row_start = f.row[h] * e.gated_cols;
+#pragma unroll
+    for (int t = 0; t < kBlockN / 16; ++t) {
+      const int c = col0 + 8 * t, g = 8 * t + 2 * h, u = g + 4;
+      const float y0 = silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]);
+      const float y1 = silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]);
+      if (!f.row_in[h] || c >= e.gated_cols) continue;
+      if constexpr (kCodes) {
+        *reinterpret_cast<__nv_fp8x2_storage_t*>(static_cast<uint8_t*>(p.out) + row_start + c) =
+            __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row_start + c) =
+            __float22bfloat162_rn(make_float2(y0, y1));
+      }
+    }
+  }
+}
+
 // The fragment through the epilogue to bf16 y. `tensor` is tensor_scale(p.epilogue), read once per
 // thread. One path per tile, chosen once, so that the path that runs is one contiguous block of
-// code: scales only (every GEMM op today: two multiplies per element, at most one load per column
-// pair), or the whole epilogue_value per element (bias, activation, residual: the fused FFN's).
+// code: the SwiGLU pair (the fused FFN's gate/up GEMM), scales only (the GEMM ops: two multiplies per
+// element, at most one load per column pair), or the whole epilogue_value per element (bias,
+// activation, residual: the FFN's GELU and down GEMMs).
 template <int kBlockN, class Acc>
 __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragment& f, float tensor,
                                               const Acc (&acc)[kBlockN / 2]) {
@@ -209,6 +252,13 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
   float row_f[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_f[h] = f.row_in[h] ? row_factor(e, tensor, f.row[h]) : 0.f;
+  if (e.activation == Activation::silu_gated) {
+    if (e.out_scale)
+      store_gated_as<kBlockN, true>(p, f, row_f, acc);
+    else
+      store_gated_as<kBlockN, false>(p, f, row_f, acc);
+    return;
+  }
   if (!e.bias && !e.residual && e.activation == Activation::none) {
     if (e.col_scale)
       store_row_col_scaled<kBlockN>(p, f, row_f, acc);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -29,7 +31,8 @@ inline bool small_shapes_only() { return sanitize_mode() == "small"; }
 // kernels (docs/checks.md).
 inline bool left_out_under_racecheck(const std::string& op, const std::string& impl) {
   if (!small_shapes_only()) return false;
-  if (impl == "cublaslt") return true;  // the GEMM ops' baseline: cuBLASLt's nvjet kernels
+  if (impl == "cublaslt") return true;  // the GEMM ops' and the FFN's baseline: cuBLASLt's nvjet kernels
+  if (op == "ffn" && impl == "flashinfer") return true;  // cuBLASLt's GEMMs around FlashInfer's SiLU*mul
   if (op.rfind("attention_", 0) != 0) return false;
   return impl == "gather_cublas" || impl == "unfused" || impl.rfind("cudnn", 0) == 0 ||
          impl.rfind("flashinfer", 0) == 0;
@@ -87,5 +90,28 @@ class GpuTest : public ::testing::Test {
 
   cudaStream_t stream = nullptr;
 };
+
+// Runs every named implementation on the case and expects each to pass; a library (a baseline or a
+// peer) may refuse a shape (Unsupported at prepare: cuBLASLt's heuristic offers nothing), which is
+// reported, not failed. Ours may not.
+inline void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>& impls,
+                              const std::function<CheckResult(const Case&, const std::string&)>& run) {
+  for (const std::string& impl : impls) {
+    const Impl* def = builtin_registry().find(c.op)->find_impl(impl);
+    ASSERT_NE(def, nullptr) << impl;
+    if (left_out_under_racecheck(c.op, impl)) continue;
+    if (std::string why = def->unsupported ? def->unsupported(c) : ""; !why.empty()) {
+      ADD_FAILURE() << impl << " " << c.label() << ": " << why;
+      continue;
+    }
+    try {
+      CheckResult r = run(c, impl);
+      EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
+    } catch (const Unsupported& e) {
+      EXPECT_NE(def->role, Role::ours) << impl << " " << c.label() << ": " << e.what();
+      std::cout << "[ note ] " << impl << " " << c.label() << ": " << e.what() << "\n";
+    }
+  }
+}
 
 }  // namespace topt::testing

@@ -28,28 +28,6 @@ Params gemm_params(const GemmCase& g, const std::string& scaling = "") {
   return p;
 }
 
-// Runs every named implementation on the case and expects each to pass; cuBLASLt may refuse a shape
-// (Unsupported at prepare: its heuristic offers nothing), which is reported, not failed.
-void expect_impls_pass(GpuTest& t, const Case& c, const std::vector<std::string>& impls,
-                       const std::function<CheckResult(const Case&, const std::string&)>& run) {
-  for (const std::string& impl : impls) {
-    const Impl* def = builtin_registry().find(c.op)->find_impl(impl);
-    ASSERT_NE(def, nullptr) << impl;
-    if (left_out_under_racecheck(c.op, impl)) continue;
-    if (std::string why = def->unsupported ? def->unsupported(c) : ""; !why.empty()) {
-      ADD_FAILURE() << impl << " " << c.label() << ": " << why;
-      continue;
-    }
-    try {
-      CheckResult r = run(c, impl);
-      EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
-    } catch (const Unsupported& e) {
-      EXPECT_EQ(impl, "cublaslt") << c.label() << ": " << e.what();
-      std::cout << "[ note ] " << impl << " " << c.label() << ": " << e.what() << "\n";
-    }
-  }
-}
-
 std::vector<GemmCase> gemm_cases() {
   return shape_grid<GemmCase>(
       {{1, 4096, 4096},   // decode: 64x128, 4 splits

@@ -1,0 +1,65 @@
+// The unfused SwiGLU's SiLU·mul: a memory-bound pass over gate_up (read once) into h (written once),
+// 16-byte loads where a row's halves are 16-byte aligned (ffn a multiple of 8).
+#include "kernels/ffn/activation.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "harness/cuda_check.h"
+#include "kernels/gemm/quantize.cuh"
+#include "kernels/gemm/sm90_gemm_epilogue.cuh"
+
+namespace topt::kernels::ffn {
+
+namespace {
+
+// kVec consecutive h elements per step (8: one 16-byte load of gate and one of up). E4M3 output where
+// h_scale is given, with the same static scale as the fused epilogue.
+template <int kVec>
+__global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, int64_t m, int64_t ffn, void* h,
+                                const float* h_scale) {
+  const int64_t vecs_per_row = ffn / kVec, total = m * vecs_per_row;
+  const float inv_scale = h_scale ? 1.f / *h_scale : 1.f;
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = v / vecs_per_row, c = v % vecs_per_row * kVec;
+    const __nv_bfloat16* g = gate_up + r * 2 * ffn + c;
+    __nv_bfloat16 gv[kVec], uv[kVec];
+    if constexpr (kVec == 8) {
+      *reinterpret_cast<uint4*>(gv) = *reinterpret_cast<const uint4*>(g);
+      *reinterpret_cast<uint4*>(uv) = *reinterpret_cast<const uint4*>(g + ffn);
+    } else {
+      gv[0] = g[0];
+      uv[0] = g[ffn];
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const float y = gemm::silu(__bfloat162float(gv[i])) * __bfloat162float(uv[i]);
+      if (h_scale)
+        static_cast<uint8_t*>(h)[r * ffn + c + i] = gemm::to_e4m3(y * inv_scale);
+      else
+        static_cast<__nv_bfloat16*>(h)[r * ffn + c + i] = __float2bfloat16_rn(y);
+    }
+  }
+}
+
+template <int kVec>
+void launch_silu_mul(const void* gate_up, int64_t m, int64_t ffn, void* h, const float* h_scale,
+                     cudaStream_t stream) {
+  const int64_t total = m * ffn / kVec;
+  const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(current_device_sm_count()) * 16));
+  silu_mul_kernel<kVec><<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up), m, ffn, h, h_scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void silu_mul(const void* gate_up, int64_t m, int64_t ffn, void* h, const float* h_scale, cudaStream_t stream) {
+  if (m == 0 || ffn == 0) return;
+  if (ffn % 8 == 0)
+    launch_silu_mul<8>(gate_up, m, ffn, h, h_scale, stream);
+  else
+    launch_silu_mul<1>(gate_up, m, ffn, h, h_scale, stream);
+}
+
+}  // namespace topt::kernels::ffn
