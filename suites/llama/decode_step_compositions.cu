@@ -4,7 +4,7 @@
 //   peer:     FlashInfer's decode attention and (fused add) RMSNorm with cuBLASLt GEMMs, the rest as
 //             the baseline;
 //   ours:     the GEMM core, our decode attention (ours_v3), fused add+RMSNorm, RoPE fused into the KV
-//             append, and the FFN behind one class (OursFfn).
+//             append, and the fused FFN (kernels/ffn: SiLU·mul in the gate|up GEMM's epilogue).
 // Every layer's weights and cache are the problem's; the plans (cuBLASLt's candidates, cuDNN's
 // graphs, FlashInfer's and our decode plans) are made once for the case's fixed lengths and serve
 // every layer and every replay.
@@ -13,6 +13,7 @@
 
 #include "baselines/cudnn/cudnn_norm.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
+#include "baselines/flashinfer/flashinfer_activation.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "baselines/flashinfer/flashinfer_norm.h"
 #include "baselines/norm/norm_unfused.h"
@@ -137,7 +138,7 @@ class PeerStep : public StepInstance {
       fi::fused_add_rmsnorm(act_.y->data, act_.x->data, w.ffn_norm->data, p_.shape.batch, m_.hidden, m_.eps,
                             DType::bf16, s);
       gemms_.run(CublasGemms::gate_up, w.w_gate_up->data, act_.y->data, act_.gate_up->data, s);
-      kernels::ffn::silu_mul(act_.gate_up->data, p_.shape.batch, m_.ffn, act_.h->data, nullptr, s);
+      fi::silu_and_mul(act_.gate_up->data, p_.shape.batch, m_.ffn, act_.h->data, s);
       gemms_.run(CublasGemms::down, w.w_down->data, act_.h->data, act_.y->data, s);
       const void* next_norm = l + 1 < m_.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data;
       fi::fused_add_rmsnorm(act_.y->data, act_.x->data, next_norm, p_.shape.batch, m_.hidden, m_.eps, DType::bf16, s);
@@ -173,7 +174,8 @@ class OursStep : public StepInstance {
         kv0_(p.cache.layer(0, m_)),
         decode_shape_{m_.heads, 1, p.cache.max_len, p.cache.tokens(), p.cache.lengths},
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
-        decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace") {
+        decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace"),
+        ffn_(p.weights, m_, act_, p.shape.batch, stream) {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
     const int batch = p.shape.batch;
     for (const LlamaLayerWeights& w : p.weights.layers) {
@@ -181,7 +183,6 @@ class OursStep : public StepInstance {
           gemms_.add(core_gemm_args(act_.xn->data, w.wqkv->data, act_.qkv->data, batch, m_.qkv_width(), m_.hidden)));
       gemms_.add(core_gemm_args(act_.o->data, w.wo->data, act_.y->data, batch, m_.hidden,
                                 int64_t(m_.heads) * m_.head_dim));
-      ffns_.emplace_back(w, m_, act_, batch, gemms_);
     }
     lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, batch, m_.vocab,
                                          m_.hidden));
@@ -205,7 +206,7 @@ class OursStep : public StepInstance {
       gemms_.run(layer_first_[size_t(l)] + 1, s);  // o_proj
       kernels::add_rmsnorm_forward(act_.y->data, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data,
                                    act_.x->data, act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
-      ffns_[size_t(l)].run(gemms_, s);
+      ffn_.run(l, s);
       const void* next_norm = l + 1 < m_.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data;
       kernels::add_rmsnorm_forward(act_.y->data, act_.x->data, next_norm, act_.x->data, act_.xn->data, batch,
                                    m_.hidden, m_.eps, DType::bf16, s);
@@ -214,16 +215,18 @@ class OursStep : public StepInstance {
   }
 
  protected:
-  size_t extra_workspace() const override { return gemms_.workspace_bytes() + decode_ws_.bytes(); }
+  size_t extra_workspace() const override {
+    return gemms_.workspace_bytes() + decode_ws_.bytes() + ffn_.workspace_bytes();
+  }
 
  private:
   kernels::PagedKv kv0_;  // layer 0's cache: every layer's has the same shape, so one decode plan serves all
   kernels::DecodeShape decode_shape_;
   kernels::DecodePlan plan_;
   DeviceBuffer decode_ws_;
+  OursFfn ffn_;
   CoreGemms gemms_;
   std::vector<size_t> layer_first_;  // per layer: its qkv GEMM's index, o_proj's next
-  std::vector<OursFfn> ffns_;
   size_t lm_head_ = 0;
 };
 

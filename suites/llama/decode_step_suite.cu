@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "baselines/flashinfer/flashinfer_activation.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "baselines/flashinfer/flashinfer_norm.h"
 #include "harness/cuda_check.h"
@@ -84,13 +85,14 @@ __global__ void __launch_bounds__(kReadThreads)
 
 namespace {
 
-// The case, once its weights, caches and 2 GB for the rest (activations, workspaces, the reference's
-// scratch, the baseline that ours is compared with) fit the device's free memory; OutOfMemory naming
-// the sizes otherwise.
+// The case, once its weights, caches, ours' interleaved gate|up copy and 2 GB for the rest
+// (activations, workspaces, the reference's scratch, the baseline that ours is compared with) fit the
+// device's free memory; OutOfMemory naming the sizes otherwise.
 StepCase fitting_device(const Case& c) {
   StepCase s(c);
-  require_device_memory(s.weight_bytes() + s.kv_bytes() + 2e9,
-                        "decode_step " + c.label() + " (weights, KV caches and 2 GB for the rest)");
+  require_device_memory(s.weight_bytes() + s.kv_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers) + 2e9,
+                        "decode_step " + c.label() +
+                            " (weights, KV caches, ours' interleaved gate|up weights and 2 GB for the rest)");
   return s;
 }
 
@@ -166,8 +168,7 @@ const std::vector<double>& DecodeStepProblem::baseline_logits(cudaStream_t strea
   baseline_done_ = true;
   OwnedTensor out(DType::bf16, logits->shape, "baseline logits");
   try {
-    auto baseline = make_baseline_step(*this, out->data, stream);
-    baseline->step(stream);
+    make_baseline_step(*this, out->data, stream);  // its prepare runs one step eagerly before the capture
   } catch (const Unsupported&) {
     return baseline_host_;  // empty: the baseline cannot run the case
   }
@@ -296,6 +297,7 @@ std::string peer_unsupported(const Case& c) {
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
   if (std::string why = fi::fused_add_rmsnorm_unsupported(m.hidden); !why.empty()) return why;
+  if (std::string why = fi::silu_and_mul_unsupported(m.ffn); !why.empty()) return why;
   return m.heads / m.kv_heads >= 4 ? fi::batch_prefill_unsupported(m.head_dim, m.heads, m.kv_heads, DType::bf16, true)
                                    : fi::batch_decode_unsupported(m.head_dim, m.heads, m.kv_heads, 1, DType::bf16);
 }
@@ -347,12 +349,12 @@ void register_decode_step(Registry& registry) {
                                "RoPE, KV append, SiLU·mul and residual adds",
                                nullptr, make_baseline_step));
   op.impls.push_back(step_impl("flashinfer", Role::peer,
-                               "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4) and fused add + "
-                               "RMSNorm, cuBLASLt GEMMs, the baseline's RoPE and SiLU·mul",
+                               "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
+                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE",
                                peer_unsupported, make_peer_step));
   op.impls.push_back(step_impl("ours", Role::ours,
                                "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
-                               "append; FFN = gate|up GEMM, SiLU·mul, down GEMM until the fused FFN lands",
+                               "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue)",
                                ours_unsupported, make_ours_step));
   registry.add(std::move(op));
 }

@@ -9,6 +9,7 @@
 
 #include "baselines/cudnn/cudnn_norm.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
+#include "baselines/flashinfer/flashinfer_activation.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "baselines/flashinfer/flashinfer_norm.h"
 #include "baselines/norm/norm_unfused.h"
@@ -168,7 +169,7 @@ class PeerLayer : public LayerInstance {
     gemms_.run(CublasGemms::o_proj, w_.wo->data, act_.o->data, act_.y->data, s);
     fi::fused_add_rmsnorm(act_.y->data, act_.x->data, w_.ffn_norm->data, rows_, m_.hidden, m_.eps, DType::bf16, s);
     gemms_.run(CublasGemms::gate_up, w_.w_gate_up->data, act_.y->data, act_.gate_up->data, s);
-    kernels::ffn::silu_mul(act_.gate_up->data, rows_, m_.ffn, act_.h->data, nullptr, s);
+    fi::silu_and_mul(act_.gate_up->data, rows_, m_.ffn, act_.h->data, s);
     gemms_.run(CublasGemms::down, w_.w_down->data, act_.h->data, act_.y->data, s);
     baselines::residual_add(act_.y->data, act_.x->data, p_.out->data, rows_ * m_.hidden, DType::bf16, s);
   }
@@ -210,7 +211,7 @@ kernels::PrefillArgs prefill_args(const LayerProblem& p, const void* q, const vo
 }
 
 // Ours: the GEMM core, our RoPE (q, k rotated and v split in one kernel), our SM90 prefill (`hopper`),
-// fused add + RMSNorm, and the FFN with the last residual added in the down GEMM's epilogue.
+// fused add + RMSNorm, and the fused FFN with the last residual added in the down GEMM's epilogue.
 class OursLayer : public LayerInstance {
  public:
   OursLayer(const LayerProblem& p, cudaStream_t stream)
@@ -225,7 +226,7 @@ class OursLayer : public LayerInstance {
                                        m_.hidden))),
         o_proj_(gemms_.add(core_gemm_args(act_.o->data, w_.wo->data, act_.y->data, rows_, m_.hidden,
                                           int64_t(m_.heads) * m_.head_dim))),
-        ffn_(w_, m_, act_, rows_, gemms_, act_.x->data, p.out->data) {
+        ffn_(p.weights, m_, act_, rows_, stream, act_.x->data, p.out->data) {
     CUDA_CHECK(cudaMemsetAsync(attention_ws_.get(), 0, attention_ws_.bytes(), stream));
     gemms_.prepare(stream);
     capture(stream);
@@ -240,12 +241,13 @@ class OursLayer : public LayerInstance {
     gemms_.run(o_proj_, s);
     kernels::add_rmsnorm_forward(act_.y->data, p_.x_in->data, w_.ffn_norm->data, act_.x->data, act_.xn->data, rows_,
                                  m_.hidden, m_.eps, DType::bf16, s);
-    ffn_.run(gemms_, s);
+    ffn_.run(0, s);
   }
 
  private:
   size_t extra_workspace() const override {
-    return k_->bytes() + v_->bytes() + lse_.bytes() + attention_ws_.bytes() + gemms_.workspace_bytes();
+    return k_->bytes() + v_->bytes() + lse_.bytes() + attention_ws_.bytes() + gemms_.workspace_bytes() +
+           ffn_.workspace_bytes();
   }
   OwnedTensor k_, v_;
   DeviceBuffer lse_;
@@ -276,6 +278,7 @@ std::string peer_unsupported(const Case& c) {
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
   if (std::string why = fi::fused_add_rmsnorm_unsupported(m.hidden); !why.empty()) return why;
+  if (std::string why = fi::silu_and_mul_unsupported(m.ffn); !why.empty()) return why;
   return fi::batch_prefill_unsupported(m.head_dim, m.heads, m.kv_heads, DType::bf16, false);
 }
 
@@ -323,12 +326,12 @@ void register_llama_layer(Registry& registry) {
       "residual adds",
       nullptr));
   op.impls.push_back(layer_impl<PeerLayer>("flashinfer", Role::peer,
-                                           "FlashInfer SM90 prefill and (fused add) RMSNorm, cuBLASLt GEMMs, the "
-                                           "baseline's RoPE, SiLU·mul and last residual add",
+                                           "FlashInfer SM90 prefill, (fused add) RMSNorm and SiLU-and-mul, cuBLASLt "
+                                           "GEMMs, the baseline's RoPE and last residual add",
                                            peer_unsupported));
   op.impls.push_back(layer_impl<OursLayer>("ours", Role::ours,
-                                           "the GEMM core, ours RoPE, our SM90 prefill (hopper), fused add + RMSNorm, "
-                                           "the last residual in the down GEMM's epilogue",
+                                           "the GEMM core, our RoPE, our SM90 prefill (hopper), fused add + RMSNorm, "
+                                           "the fused FFN (the last residual in its down GEMM's epilogue)",
                                            ours_unsupported));
   registry.add(std::move(op));
 }

@@ -4,7 +4,6 @@
 #include "baselines/llama/rope_unfused.h"
 #include "harness/cuda_check.h"
 #include "harness/plan_choice.h"
-#include "kernels/ffn/activation.h"
 #include "suites/llama/llama_blocks.h"
 
 namespace topt::suites {
@@ -77,13 +76,12 @@ void UnfusedRope::rotate_and_append(const void* qkv, const int32_t* positions, v
 
 std::string core_gemms_unsupported(const LlamaShape& m, int64_t rows, bool with_lm_head) {
   const int64_t attn = int64_t(m.heads) * m.head_dim;
-  std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {m.qkv_width(), m.hidden}, {m.hidden, attn}, {2 * int64_t(m.ffn), m.hidden}, {m.hidden, m.ffn}};  // (N, K)
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{m.qkv_width(), m.hidden}, {m.hidden, attn}};  // (N, K)
   if (with_lm_head) shapes.push_back({m.vocab, m.hidden});
   for (auto [n, k] : shapes)
     if (std::string why = kernels::gemm::gemm_unsupported(rows, n, k, kernels::gemm::Operands::bf16); !why.empty())
       return why;
-  return "";
+  return ours_ffn_unsupported(m, rows);
 }
 
 kernels::gemm::GemmArgs core_gemm_args(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k) {
@@ -110,19 +108,43 @@ void CoreGemms::prepare(cudaStream_t stream) {
   pending_.clear();
 }
 
-OursFfn::OursFfn(const LlamaLayerWeights& w, const LlamaShape& m, const StepActivations& act, int64_t rows,
-                 CoreGemms& gemms, const void* residual, void* out)
-    : act_(&act), rows_(rows), ffn_(m.ffn) {
-  gate_up_ = gemms.add(core_gemm_args(act.xn->data, w.w_gate_up->data, act.gate_up->data, rows, 2 * ffn_, m.hidden));
-  kernels::gemm::GemmArgs down = core_gemm_args(act.h->data, w.w_down->data, out ? out : act.y->data, rows, m.hidden, ffn_);
-  down.epilogue.residual = residual;
-  down_ = gemms.add(down);
+namespace {
+
+kernels::ffn::FfnArgs ffn_args(const LlamaShape& m, int64_t rows) {
+  kernels::ffn::FfnArgs a;
+  a.kind = kernels::ffn::FfnKind::swiglu;
+  a.m = rows;
+  a.hidden = m.hidden;
+  a.ffn = m.ffn;
+  return a;
 }
 
-void OursFfn::run(const CoreGemms& gemms, cudaStream_t s) const {
-  gemms.run(gate_up_, s);
-  kernels::ffn::silu_mul(act_->gate_up->data, rows_, ffn_, act_->h->data, nullptr, s);
-  gemms.run(down_, s);
+}  // namespace
+
+double OursFfn::interleaved_bytes(const LlamaShape& m, int layers) {
+  return 2.0 * double(kernels::ffn::gate_up_rows(m.ffn)) * m.hidden * layers;
 }
+
+// SplitReduce::kernel, as the step's other core GEMMs: the rung whose split-K path is verified.
+OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
+                 cudaStream_t stream, const void* residual, void* out)
+    : interleaved_(size_t(interleaved_bytes(m, int(weights.layers.size()))), "interleaved gate|up weights") {
+  constexpr auto kReduce = kernels::gemm::SplitReduce::kernel;
+  const size_t layer_bytes = size_t(interleaved_bytes(m, 1));
+  kernels::ffn::FfnArgs a = ffn_args(m, rows);
+  a.x = act.xn->data;
+  a.residual = residual;
+  a.y = out ? out : act.y->data;
+  workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, kReduce), "FFN workspace");
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    void* w_in = interleaved_.as<char>() + l * layer_bytes;
+    kernels::ffn::interleave_gate_up(weights.layers[l].w_gate_up->data, m.ffn, m.hidden, 2, w_in, stream);
+    a.w_in = w_in;
+    a.w_out = weights.layers[l].w_down->data;
+    launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, kReduce));
+  }
+}
+
+std::string ours_ffn_unsupported(const LlamaShape& m, int64_t rows) { return kernels::ffn::ffn_unsupported(ffn_args(m, rows)); }
 
 }  // namespace topt::suites

@@ -12,6 +12,7 @@
 #include "harness/cublaslt_matmul.h"
 #include "harness/tensor.h"
 #include "kernels/attention/paged_kv.h"
+#include "kernels/ffn/ffn.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/llama/rope.h"
 #include "suites/llama/decode_step.h"
@@ -60,7 +61,8 @@ struct UnfusedRope {
   size_t bytes() const { return 2 * cos->bytes() + 2 * k_new->bytes() + new_offsets.bytes(); }
 };
 
-// Why the GEMM core cannot run a layer's GEMMs (and the LM head's, with_lm_head) at `rows` rows ("" if it can).
+// Why the GEMM core cannot run a layer's GEMMs (ours' FFN included; the LM head's, with_lm_head) at
+// `rows` rows ("" if it can).
 std::string core_gemms_unsupported(const LlamaShape& m, int64_t rows, bool with_lm_head);
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ for the GEMM core.
@@ -83,21 +85,28 @@ class CoreGemms {
   size_t bytes_ = 0;
 };
 
-// Ours' FFN, act.y = (SiLU(act.xn·W_gateᵀ) ⊙ act.xn·W_upᵀ)·W_downᵀ (+ residual), behind one class so
-// that the switch to the fused FFN (kernels/ffn/ffn.h: prepare_ffn/run_ffn on an interleaved gate|up
-// weight, branch `ffn`) is a change here alone. Until then: the core's gate|up GEMM, the SiLU·mul
-// step, the core's down GEMM (with the residual added in its epilogue where one is given, into `out`).
+// Ours' FFN, the fused FFN of kernels/ffn/ffn.h (branch `ffn`): per layer, one GEMM over the
+// interleaved gate|up weight whose epilogue writes h = SiLU(gate) ⊙ up, then the down GEMM (with the
+// residual added in its epilogue where one is given): y = h·W_downᵀ (+ residual). The interleaved
+// weights are this instance's own copy, made once at prepare (the size of the gate|up weights: 7B
+// 5.8 GB); one workspace (h and the split-K partials) serves every layer, which run in turn.
 class OursFfn {
  public:
-  OursFfn(const LlamaLayerWeights& w, const LlamaShape& m, const StepActivations& act, int64_t rows,
-          CoreGemms& gemms, const void* residual = nullptr, void* out = nullptr);
-  void run(const CoreGemms& gemms, cudaStream_t s) const;
+  // x = act.xn; y = `out` (act.y when null).
+  OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
+          cudaStream_t stream, const void* residual = nullptr, void* out = nullptr);
+  void run(int layer, cudaStream_t stream) const { kernels::ffn::run_ffn(launches_[size_t(layer)], stream); }
+  size_t workspace_bytes() const { return interleaved_.bytes() + workspace_.bytes(); }
+  // Bytes of the interleaved copy for `layers` layers.
+  static double interleaved_bytes(const LlamaShape& m, int layers);
 
  private:
-  const StepActivations* act_;
-  int64_t rows_, ffn_;
-  size_t gate_up_, down_;  // indices into the CoreGemms
+  DeviceBuffer interleaved_, workspace_;
+  std::vector<kernels::ffn::FfnLaunch> launches_;
 };
+
+// Why ours' FFN cannot run a model's FFN at `rows` rows ("" if it can).
+std::string ours_ffn_unsupported(const LlamaShape& m, int64_t rows);
 
 // llama_layer's reference (llama_reference.cu): one prefill layer of one sequence of `tokens`
 // tokens, causal, in fp32 activations from the ops' reference kernels; out [tokens, hidden] fp32, the
