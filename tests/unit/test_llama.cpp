@@ -68,4 +68,16 @@ TEST(DecodeStep, ErrorModelGrowsWithLayers) {
   EXPECT_NE(op->invalid(c).find("page_size"), std::string::npos);
 }
 
+// The floor's bytes: every weight once and the batch's cached K/V once (7B, batch 1, context 1k:
+// 13.2 GB + 0.54 GB, 4.4 ms at 3.1 TB/s).
+TEST(DecodeStep, CostIsWeightsAndKvRead) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  const Cost cost = op->cost(step_7b(0));
+  const double kv = 32.0 * 2 * 1024 * 4096 * 2;
+  EXPECT_NEAR(cost.bytes, 2 * 6.607e9 + kv, 0.02e9);
+  EXPECT_TRUE(cost.reads_only);
+  EXPECT_NEAR(cost.bytes / 3.1e12 * 1e3, 4.44, 0.02);  // ms
+}
+
 }  // namespace topt::suites
