@@ -14,6 +14,17 @@ namespace topt::kernels::ffn {
 
 namespace {
 
+template <class T, int kVec>
+__device__ __forceinline__ void store_vec(T* dst, const T (&v)[kVec]) {
+  static_assert(kVec == 1 || kVec * sizeof(T) == 16 || kVec * sizeof(T) == 8, "one 8- or 16-byte store");
+  if constexpr (kVec == 1)
+    dst[0] = v[0];
+  else if constexpr (kVec * sizeof(T) == 16)
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+  else
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(v);
+}
+
 // kVec consecutive h elements per step (8: one 16-byte load of gate and one of up). E4M3 output where
 // h_scale is given, with the same static scale as the fused epilogue.
 template <int kVec>
@@ -24,7 +35,7 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, int64_t m, int64_t
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = v / vecs_per_row, c = v % vecs_per_row * kVec;
     const __nv_bfloat16* g = gate_up + r * 2 * ffn + c;
-    __nv_bfloat16 gv[kVec], uv[kVec];
+    alignas(16) __nv_bfloat16 gv[kVec], uv[kVec];
     if constexpr (kVec == 8) {
       *reinterpret_cast<uint4*>(gv) = *reinterpret_cast<const uint4*>(g);
       *reinterpret_cast<uint4*>(uv) = *reinterpret_cast<const uint4*>(g + ffn);
@@ -32,14 +43,19 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, int64_t m, int64_t
       gv[0] = g[0];
       uv[0] = g[ffn];
     }
+    alignas(16) __nv_bfloat16 hv[kVec];
+    alignas(8) uint8_t codes[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       const float y = gemm::silu(__bfloat162float(gv[i])) * __bfloat162float(uv[i]);
-      if (h_scale)
-        static_cast<uint8_t*>(h)[r * ffn + c + i] = gemm::to_e4m3(y * inv_scale);
-      else
-        static_cast<__nv_bfloat16*>(h)[r * ffn + c + i] = __float2bfloat16_rn(y);
+      hv[i] = __float2bfloat16_rn(y);
+      codes[i] = gemm::to_e4m3(y * inv_scale);
     }
+    // One 16-byte (bf16) or 8-byte (codes) store per step where kVec = 8.
+    if (h_scale)
+      store_vec(static_cast<uint8_t*>(h) + r * ffn + c, codes);
+    else
+      store_vec(static_cast<__nv_bfloat16*>(h) + r * ffn + c, hv);
   }
 }
 

@@ -40,7 +40,7 @@ struct FfnArgs {
   const void* w_out = nullptr;  // [hidden, ffn]: W_down (SwiGLU) or W2 (GELU)
   const void* b_in = nullptr;   // GELU: b1 [ffn], bf16 (required)
   const void* b_out = nullptr;  // GELU: b2 [hidden], bf16 (required)
-  const void* residual = nullptr;  // [m, hidden] bf16, added to y; null: none
+  const void* residual = nullptr;  // [m, hidden] bf16, added to y; null: none; may be y itself (in place)
   void* y = nullptr;               // [m, hidden] bf16
   // E4M3 only: device scalars. x_scale, w_in_scale, w_out_scale dequantize the codes; h_scale is the
   // static scale h is quantized with (h ≈ code · h_scale), known before the launch (calibrated).

@@ -16,7 +16,9 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/attention/mma_sm80.cuh"  // fast_exp2
 #include "kernels/gemm/gemm.h"
 
 namespace topt::kernels::gemm {
@@ -35,13 +37,15 @@ __device__ __forceinline__ float row_factor(const Epilogue& e, float tensor, int
 }
 
 // SiLU(v) = v / (1 + exp(-v)), divided with __fdividef: an IEEE division brings a slow-path call into
-// every unrolled pair; for v < -88, exp(-v) is inf and the quotient is -0, SiLU's limit.
-__device__ __forceinline__ float silu(float v) { return __fdividef(v, 1.f + __expf(-v)); }
+// every unrolled pair. exp is one MUFU.EX2 (fast_exp2: __expf adds a denormal fixup of 3 instructions
+// around it, per element); for v < -88, exp(-v) is inf and the quotient is -0, SiLU's limit.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float silu(float v) { return __fdividef(v, 1.f + fast_exp2(-kLog2e * v)); }
 
 // GELU's tanh form as v · sigmoid(2z), z = √(2/π)·(v + 0.044715·v³): SiLU's shape, the same limits.
 __device__ __forceinline__ float gelu_tanh(float v) {
-  constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;
-  return __fdividef(v, 1.f + __expf(-kTwoSqrt2OverPi * v * fmaf(0.044715f * v, v, 1.f)));
+  constexpr float kTwoSqrt2OverPiLog2e = 1.5957691216057308f * kLog2e;
+  return __fdividef(v, 1.f + fast_exp2(-kTwoSqrt2OverPiLog2e * v * fmaf(0.044715f * v, v, 1.f)));
 }
 
 // y[r, c] = act(acc · row_factor · col_scale[c] + bias[c]) + residual[r, c] (null pointers left out).
@@ -208,6 +212,42 @@ __device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const 
   });
 }
 
+// The activation as a template parameter: the compact paths below carry no branch per element.
+template <Activation kAct>
+__device__ __forceinline__ float activate(float v) {
+  if constexpr (kAct == Activation::gelu_tanh) return gelu_tanh(v);
+  return v;
+}
+
+// Bias, activation and residual with N even and no column scales (the fused FFN's down GEMM and FC1
+// + GELU): per pair one 4-byte load of the bias pair and one of the residual pair where given, the
+// activation compiled in. The general epilogue_value path re-tests every pointer and activation per
+// element (~40 instructions per pair, 3k per copy in the 128x256 kernel); this one is straight code.
+template <int kBlockN, Activation kAct, class Acc>
+__device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, const Fragment& f,
+                                                        const float (&row_f)[2], const Acc (&acc)[kBlockN / 2]) {
+  const auto* bias = static_cast<const __nv_bfloat162*>(p.epilogue.bias);
+  const auto* residual = static_cast<const __nv_bfloat16*>(p.epilogue.residual);
+  auto values = [&](int j, float2(&y)[2]) {
+    const int c = f.col + 8 * j;
+    float2 b = make_float2(0.f, 0.f);
+    if (bias && c < p.n) b = __bfloat1622float2(bias[c / 2]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * j + 2 * h;
+      float2 v = make_float2(activate<kAct>(float(acc[i]) * row_f[h] + b.x),
+                             activate<kAct>(float(acc[i + 1]) * row_f[h] + b.y));
+      if (residual && f.row_in[h] && c < p.n) {
+        const float2 r = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(residual + f.row[h] * p.n + c));
+        v.x += r.x;
+        v.y += r.y;
+      }
+      y[h] = v;
+    }
+  };
+  store_chunks_as<kBlockN, true>(p, f, values);
+}
+
 // silu_gated (SwiGLU): in a tile (its first column a multiple of 2·kGatedGroup) the thread's column
 // groups alternate gate (8-column group 2t) and up (2t + 1), so its accumulators 8t + 2h + e and
 // 8t + 4 + 2h + e are a gate and its up, of output column (tile column)/2 + 8t + 2(lane % 4) + e. Per
@@ -217,25 +257,29 @@ template <int kBlockN, bool kCodes, class Acc>
 __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
                                                const Acc (&acc)[kBlockN / 2]) {
   static_assert(kGatedGroup == 8 && kBlockN % (2 * kGatedGroup) == 0, "gate and up groups alternate in the tile");
+  using Out = std::conditional_t<kCodes, uint8_t, __nv_bfloat16>;
+  using Pair = std::conditional_t<kCodes, __nv_fp8x2_storage_t, __nv_bfloat162>;
   const Epilogue& e = p.epilogue;
   const float inv_scale = kCodes ? __frcp_rn(*e.out_scale) : 1.f;
   const int col0 = (f.col + f.col % 8) / 2;  // tile column / 2 + 2 (lane % 4)
+  // Each row's first output; the stores below are at constant offsets from it, behind predicates.
+  Out* dst[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t row_start = f.row[h] * e.gated_cols;
+  for (int h = 0; h < 2; ++h) dst[h] = static_cast<Out*>(p.out) + f.row[h] * e.gated_cols + col0;
 #pragma unroll
-    for (int t = 0; t < kBlockN / 16; ++t) {
-      const int c = col0 + 8 * t, g = 8 * t + 2 * h, u = g + 4;
+  for (int t = 0; t < kBlockN / 16; ++t) {
+    const bool col_in = col0 + 8 * t < e.gated_cols;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int g = 8 * t + 2 * h, u = g + 4;
       const float y0 = silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]);
       const float y1 = silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]);
-      if (!f.row_in[h] || c >= e.gated_cols) continue;
-      if constexpr (kCodes) {
-        *reinterpret_cast<__nv_fp8x2_storage_t*>(static_cast<uint8_t*>(p.out) + row_start + c) =
-            __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
-      } else {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.out) + row_start + c) =
-            __float22bfloat162_rn(make_float2(y0, y1));
-      }
+      Pair pair;
+      if constexpr (kCodes)
+        pair = __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
+      else
+        pair = __float22bfloat162_rn(make_float2(y0, y1));
+      if (f.row_in[h] && col_in) *reinterpret_cast<Pair*>(dst[h] + 8 * t) = pair;
     }
   }
 }
@@ -243,8 +287,8 @@ __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragme
 // The fragment through the epilogue to bf16 y. `tensor` is tensor_scale(p.epilogue), read once per
 // thread. One path per tile, chosen once, so that the path that runs is one contiguous block of
 // code: the SwiGLU pair (the fused FFN's gate/up GEMM), scales only (the GEMM ops: two multiplies per
-// element, at most one load per column pair), or the whole epilogue_value per element (bias,
-// activation, residual: the FFN's GELU and down GEMMs).
+// element, at most one load per column pair), bias / GELU / residual with N even (the FFN's down GEMM
+// and FC1), or the whole epilogue_value per element (what remains: N odd, column scales with more).
 template <int kBlockN, class Acc>
 __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragment& f, float tensor,
                                               const Acc (&acc)[kBlockN / 2]) {
@@ -264,6 +308,14 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
       store_row_col_scaled<kBlockN>(p, f, row_f, acc);
     else
       store_row_scaled<kBlockN>(p, f, row_f, acc);
+    return;
+  }
+  if (!e.col_scale && p.n % 2 == 0 && e.activation == Activation::none) {
+    store_bias_act_residual<kBlockN, Activation::none>(p, f, row_f, acc);
+    return;
+  }
+  if (!e.col_scale && p.n % 2 == 0 && e.activation == Activation::gelu_tanh) {
+    store_bias_act_residual<kBlockN, Activation::gelu_tanh>(p, f, row_f, acc);
     return;
   }
   store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {

@@ -88,6 +88,23 @@ class GpuTest : public ::testing::Test {
     return check_outputs(*problem, ref, stream);
   }
 
+  // Prepares `impl` once and launches it `launches` times, each launch on poisoned outputs and checked:
+  // state an instance keeps between launches (split-K arrival counters) must leave every launch right.
+  void expect_repeated_launches_pass(const Case& c, const std::string& impl_name, int launches, uint64_t seed) {
+    const OpDef* def = builtin_registry().find(c.op);
+    auto problem = def->make_problem(c, seed, stream);
+    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+    auto inst = def->find_impl(impl_name)->prepare(*problem, c, stream);
+    for (int launch = 0; launch < launches; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << c.label() << " " << impl_name << " launch " << launch << ": " << r.describe();
+    }
+  }
+
   cudaStream_t stream = nullptr;
 };
 

@@ -80,21 +80,9 @@ TEST_F(GpuTest, FfnDeviceReferenceAgreesWithHostReference) {
 // workspaces are apart): the third launch in a row is as right as the first.
 TEST_F(GpuTest, FfnLastSplitReduceHoldsOverRepeatedLaunches) {
   const int64_t hidden = small_shapes_only() ? 1024 : 4096, ffn = small_shapes_only() ? 2816 : 11008;
-  for (const std::string precision : {"bf16", "fp8"}) {
-    const Case c = make_case("ffn", ffn_params({3, hidden, ffn, "swiglu", precision, 1}), DType::bf16);
-    const OpDef* def = builtin_registry().find("ffn");
-    auto problem = def->make_problem(c, 5, stream);
-    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-    auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK_LAUNCH();
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << precision << " launch " << launch << ": " << r.describe();
-    }
-  }
+  for (const std::string precision : {"bf16", "fp8"})
+    expect_repeated_launches_pass(make_case("ffn", ffn_params({3, hidden, ffn, "swiglu", precision, 1}), DType::bf16),
+                                  "ours_v2", 3, 5);
 }
 
 // The interleaved weight: groups of 8 gate rows, then the 8 up rows of the same outputs, the last

@@ -139,21 +139,8 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
   // Under racecheck a 1024-wide layer (16 K blocks, still split) keeps the test to seconds: at 4096
   // it took 85 s of the tool's one-call budget on the H100.
   const int64_t width = small_shapes_only() ? 1024 : 4096;
-  for (const std::string op : {"gemm_bf16", "gemm_int8"}) {
-    const Case c = make_case(op, gemm_params({3, width, width}), DType::bf16);
-    const OpDef* def = builtin_registry().find(op);
-    auto problem = def->make_problem(c, 5, stream);
-    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-    auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK_LAUNCH();
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << op << " launch " << launch << ": " << r.describe();
-    }
-  }
+  for (const std::string op : {"gemm_bf16", "gemm_int8"})
+    expect_repeated_launches_pass(make_case(op, gemm_params({3, width, width}), DType::bf16), "ours_v2", 3, 5);
 }
 
 // The metrics say which plan ran: decode takes the split-K path.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <stdexcept>
 #include <set>
 #include <string>
 #include <tuple>
@@ -11,6 +12,8 @@
 #include "harness/registry.h"
 #include "harness/sweep.h"
 #include "kernels/ffn/ffn.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_plan.h"
 #include "suites/ffn/ffn_suites.h"
 
 namespace topt {
@@ -33,6 +36,35 @@ TEST(Ffn, GateUpRowsPairWholeGroupsOfEight) {
   EXPECT_EQ(kernels::ffn::gate_up_rows(8), 16);
   EXPECT_EQ(kernels::ffn::gate_up_rows(12), 32);  // the second group half padding
   EXPECT_EQ(kernels::ffn::gate_up_rows(1), 16);
+}
+
+// The core's silu_gated preconditions are checked at prepare, before any device work.
+TEST(Ffn, GatedEpilogueRefusesWhatItCannotPair) {
+  using namespace kernels::gemm;
+  GemmArgs a;
+  a.m = 1;
+  a.n = 32;
+  a.k = 64;
+  const GemmPlan plan = plan_gemm(a.m, a.n, a.k, 132);
+  ASSERT_EQ(plan.splits, 1);
+  auto refusal = [&](const GemmArgs& args) -> std::string {
+    try {
+      prepare_gemm(args, plan, nullptr, nullptr);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  a.epilogue.out_scale = &a.epilogue.alpha;
+  EXPECT_NE(refusal(a).find("silu_gated epilogue's only"), std::string::npos);
+  a.epilogue.activation = Activation::silu_gated;
+  a.epilogue.gated_cols = 15;
+  EXPECT_NE(refusal(a).find("must be even"), std::string::npos);
+  a.epilogue.gated_cols = 24;  // 3 groups of 8: 48 interleaved rows, N is 32
+  EXPECT_NE(refusal(a).find("48 interleaved gate/up rows"), std::string::npos);
+  a.epilogue.gated_cols = 16;
+  a.epilogue.residual = &a;
+  EXPECT_NE(refusal(a).find("no column scales, bias or residual"), std::string::npos);
 }
 
 TEST(Ffn, CostCountsTheWeightsActivationsAndH) {
