@@ -5,7 +5,8 @@
       The charts of one results file, for `topt report`: per op, each implementation's speedup over
       the fastest other one in the same case, a roofline against the ceilings measured in the same
       run, and the achieved rate and each varying metric of the rows: lines against the swept axis
-      where each line has 3 points or more, else a dot per case. At most 1,800 px wide.
+      where each line has 3 points or more, else a dot per case; for decode steps (rows with the metric
+      tokens_per_step) tokens/s against batch with the floor drawn. At most 1,800 px wide.
       Prints a JSON manifest on stdout: {"charts": [{op, kind, title, png, svg}], "skipped": [{op,
       kind, why}]}, file names relative to --out.
   make_report.py readme README.md [--check] [--no-charts]
@@ -514,6 +515,59 @@ def metric_charts(plt, rep, op, rows):
         rep.skip(op, f"metric_{safe(name)}", f"only the first {MAX_METRIC_CHARTS} varying metrics are charted")
 
 
+def tokens_per_s(row):
+    """A decode step's tokens per second: the metric tokens_per_step over the median time."""
+    return row["metrics"]["tokens_per_step"] / (median_us(row) * 1e-6)
+
+
+def tokens_chart(plt, rep, op, rows):
+    """Ops whose rows say how many tokens a launch makes (decode_step): tokens/s against batch, a line
+    per impl and the floor's tokens/s (read_bound_us, the case's bytes at the measured read rate)
+    dashed, a panel per model and context."""
+    rows = [r for r in rows if "tokens_per_step" in r.get("metrics", {}) and "batch" in r["params"]]
+    if not rows:
+        return
+    panel_keys = [k for k in ("model", "hidden", "context") if k in rows[0]["params"]]
+    if "model" in panel_keys:
+        panel_keys.remove("hidden")
+    panels = by_key(rows, lambda r: label(r, panel_keys, ", "))
+    if len(panels) > MAX_PANELS:
+        return rep.skip(op, "tokens", f"{len(panels)} model and context panels, more than {MAX_PANELS}")
+    cols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols + 2.2, 3.2 * nrows + 0.6), squeeze=False,
+                             layout="constrained")
+    impls = list(OrderedDict.fromkeys(r["impl"] for r in rows))
+    colors = impl_colors(impls)
+    for ax, (panel, panel_rows) in zip(axes.flat, panels.items()):
+        for impl in impls:
+            pts = sorted((r["params"]["batch"], tokens_per_s(r)) for r in panel_rows if r["impl"] == impl)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, color=colors[impl],
+                        label=impl_label(impl, rows))
+        floor = sorted({(r["params"]["batch"], r["params"]["batch"] / (r["metrics"]["read_bound_us"] * 1e-6))
+                        for r in panel_rows if r["metrics"].get("read_bound_us")})
+        if floor:
+            ax.plot([p[0] for p in floor], [p[1] for p in floor], color="black", linewidth=1, linestyle="--",
+                    label="floor (weights + KV at the read rate)")
+        batches = sorted({r["params"]["batch"] for r in panel_rows})
+        if batches[0] > 0 and batches[-1] / batches[0] >= 4:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")  # tokens/s grows with the batch about as the batch does
+            ax.set_xticks(batches, [f"{b:g}" for b in batches])
+            ax.minorticks_off()
+        ax.set_title(panel or op, fontsize=8)
+        ax.set_xlabel("batch")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("tokens/s")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper")
+    fig.suptitle(f"{op}: tokens/s against batch")
+    rep.save(plt, fig, op, "tokens", f"{op}: tokens/s against batch, and the floor")
+
+
 def safe(name):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
@@ -553,6 +607,7 @@ def charts_command(args):
         if any("busbw_gbps" in r.get("metrics", {}) for r in rows):  # collective ops: nccl-tests' two charts
             axis_chart(plt, rep, op, rows, "latency", "median time (µs)", median_us)
         metric_charts(plt, rep, op, rows)
+        tokens_chart(plt, rep, op, rows)
     json.dump({"charts": rep.charts, "skipped": rep.skipped}, sys.stdout, indent=1)
     print()
 

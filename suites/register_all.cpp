@@ -5,6 +5,7 @@
 #include "suites/comm/comm_suites.h"
 #include "suites/ffn/ffn_suites.h"
 #include "suites/gemm/gemm_suites.h"
+#include "suites/llama/llama_suites.h"
 #include "suites/norm/norm_suites.h"
 #include "suites/sampling/sampling_suites.h"
 
@@ -29,6 +30,9 @@ const Registry& builtin_registry() {
     suites::register_quantize_fp8(r);
     suites::register_quantize_int8(r);
     suites::register_ffn(r);
+    suites::register_rope(r);
+    suites::register_decode_step(r);
+    suites::register_llama_layer(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);
     suites::register_rejection_sample(r);

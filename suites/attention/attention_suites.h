@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/registry.h"
+#include "kernels/attention/paged_kv.h"
 
 namespace topt::suites {
 
@@ -18,6 +19,12 @@ void register_attention_prefill(Registry& registry);
 std::vector<double> decode_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                                const std::vector<double>& v, int heads, int kv_heads, int q_len,
                                                int64_t len, int head_dim, double scale);
+
+// attention_decode's GPU reference (naive, through the block table, double math, fp32 out) over any
+// paged cache: q [batch, heads, q_len, head_dim] of `q_dtype` (the cache's dtype, or fp32 in a model's
+// fp32 reference composition), o likewise in fp32. Synchronizes the stream (its scratch is freed).
+void decode_reference_gpu(const void* q, DType q_dtype, const kernels::PagedKv& kv, int heads, int q_len, int max_len,
+                          double scale, float* out, cudaStream_t stream);
 
 void register_kv_cache_append(Registry& registry);
 // The lengths (prompt + output) of a kv_cache_append case's requests: drawn from its mix with a seed
@@ -34,6 +41,13 @@ struct PrefillReference {
 PrefillReference prefill_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                              const std::vector<double>& v, int heads, int kv_heads, int64_t len_q,
                                              int64_t len_k, int head_dim, double scale, bool causal);
+
+// attention_prefill's GPU reference (online softmax in fp32 on CUDA cores) over packed q (total_q,
+// heads, head_dim), k, v (total_k, kv_heads, head_dim) of `dtype` (bf16, fp16, or fp32 in a model's
+// fp32 reference composition): o fp32 like q, lse (heads, total_q). Enqueues on `stream`.
+void prefill_reference_gpu(const void* q, const void* k, const void* v, DType dtype, const int32_t* cu_q,
+                           const int32_t* cu_k, int batch, int max_seq_q, int heads, int kv_heads, int head_dim,
+                           int total_q, float scale, bool causal, float* o, float* lse, cudaStream_t stream);
 
 // Each sequence's (query, key) lengths in an attention_prefill case: a fixed function of the case
 // (not of the run's seed), so that its cost model and every implementation see the same batch.

@@ -61,12 +61,12 @@ struct DecodeCase {
 };
 
 // Naive and independent of the kernels under test: double math, keys looked up through the block
-// table one at a time. One block per (sequence, KV head, query token, chunk of up to kRefHeads query
+// table one at a time. q of Q (the cache's type, or fp32 in a model's fp32 reference), K/V of T. One block per (sequence, KV head, query token, chunk of up to kRefHeads query
 // heads of the group), so each K/V row is read once per chunk, a warp per key (coalesced), then a
 // thread per dim for the output. `scratch` holds the chunk's scores, (min(group, kRefHeads), max_len) per
 // block.
-template <class T>
-__global__ void decode_reference_kernel(const T* q, const T* k_pages, const T* v_pages, const int32_t* table,
+template <class Q, class T>
+__global__ void decode_reference_kernel(const Q* q, const T* k_pages, const T* v_pages, const int32_t* table,
                                         const int32_t* lens, float* out, double* scratch, int heads, int kv_heads,
                                         int q_len, int head_dim, int page_size, int max_pages, int max_len,
                                         double scale) {
@@ -140,6 +140,24 @@ __global__ void decode_reference_kernel(const T* q, const T* k_pages, const T* v
     }
     for (int g = 0; g < n_heads; ++g) out[q_index(g, d)] = float(o[g] / row_sum[g]);
   }
+}
+
+template <class Q, class T>
+void launch_decode_reference(const Q* q, const kernels::PagedKv& kv, int heads, int q_len, int max_len, double scale,
+                             float* out, cudaStream_t stream) {
+  const int group = heads / kv.kv_heads;
+  const dim3 grid(unsigned(kv.batch * kv.kv_heads * q_len), unsigned((group + kRefHeads - 1) / kRefHeads));
+  DeviceBuffer scratch(size_t(grid.x) * grid.y * std::min(group, kRefHeads) * max_len * sizeof(double),
+                       "reference scores");
+  const size_t smem = size_t(kRefHeads) * kv.head_dim * sizeof(double);
+  CUDA_CHECK(cudaFuncSetAttribute(decode_reference_kernel<Q, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(smem)));
+  decode_reference_kernel<Q, T><<<grid, 32 * kRefWarps, smem, stream>>>(
+      q, static_cast<const T*>(kv.k_pages), static_cast<const T*>(kv.v_pages), kv.block_table, kv.seq_lens, out,
+      scratch.as<double>(), heads, kv.kv_heads, q_len, kv.head_dim, kv.page_size, kv.max_pages_per_seq, max_len,
+      scale);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // before `scratch` is freed
 }
 
 class DecodeProblem : public Problem {
@@ -226,22 +244,8 @@ class DecodeProblem : public Problem {
   }
 
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    const int group = shape.heads / shape.kv_heads;
-    const dim3 grid(unsigned(shape.batch * shape.kv_heads * shape.q_len), unsigned((group + kRefHeads - 1) / kRefHeads));
-    DeviceBuffer scratch(size_t(grid.x) * grid.y * std::min(group, kRefHeads) * shape.context * sizeof(double),
-                         "reference scores");
-    const size_t smem = size_t(kRefHeads) * shape.head_dim * sizeof(double);
-    dispatch_half_dtype(shape.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      CUDA_CHECK(cudaFuncSetAttribute(decode_reference_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(smem)));
-      decode_reference_kernel<T><<<grid, 32 * kRefWarps, smem, stream>>>(
-          q->as<T>(), k_pages->as<T>(), v_pages->as<T>(), table.as<int32_t>(), seq_lens.as<int32_t>(),
-          out[0].as<float>(), scratch.as<double>(), shape.heads, shape.kv_heads, shape.q_len, shape.head_dim,
-          shape.page_size, max_pages, shape.context, shape.scale());
-    });
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // before `scratch` is freed
+    decode_reference_gpu(q->data, shape.dtype, paged_kv(), shape.heads, shape.q_len, shape.context, shape.scale(),
+                         out[0].as<float>(), stream);
   }
 
   // "pages": the pages that hold tokens, through this case's tables (paged implementations).
@@ -568,6 +572,19 @@ void register_attention_decode(Registry& registry) {
                                "warp releases on its own; by the plan, 6 stages and 8 math warps at 1 block per SM or 3 "
                                "stages and 4 warps at 2"));
   registry.add(std::move(op));
+}
+
+void decode_reference_gpu(const void* q, DType q_dtype, const kernels::PagedKv& kv, int heads, int q_len, int max_len,
+                          double scale, float* out, cudaStream_t stream) {
+  dispatch_half_dtype(kv.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (q_dtype == DType::f32)
+      launch_decode_reference<float, T>(static_cast<const float*>(q), kv, heads, q_len, max_len, scale, out, stream);
+    else if (q_dtype == kv.dtype)
+      launch_decode_reference<T, T>(static_cast<const T*>(q), kv, heads, q_len, max_len, scale, out, stream);
+    else
+      throw std::invalid_argument("decode_reference_gpu: q must be fp32 or of the cache's dtype");
+  });
 }
 
 }  // namespace topt::suites

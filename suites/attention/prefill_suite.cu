@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -275,23 +276,9 @@ class PrefillProblem : public Problem {
   }
 
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
-    const dim3 grid(unsigned((args.max_seq_q + kRefTile - 1) / kRefTile), unsigned(shape.heads),
-                    unsigned(shape.batch));
-    const size_t smem = (2 * size_t(kRefTile) * (shape.head_dim + 1) + size_t(kRefTile) * (kRefTile + 1)) * sizeof(float);
-    dispatch_half_dtype(shape.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      auto launch = [&](auto kernel) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<grid, kRefThreads, smem, stream>>>(q->as<T>(), k->as<T>(), v->as<T>(), cu_q.as<int32_t>(),
-                                                    cu_k.as<int32_t>(), out[0].as<float>(), out[1].as<float>(),
-                                                    shape.heads, shape.kv_heads, shape.head_dim, args.total_q,
-                                                    float(shape.scale()), shape.causal);
-      };
-      if (shape.head_dim <= 64) launch(prefill_reference_kernel<T, 4>);
-      else if (shape.head_dim <= 128) launch(prefill_reference_kernel<T, 8>);
-      else launch(prefill_reference_kernel<T, kRefMaxHeadDim / 16>);
-    });
-    CUDA_CHECK_LAUNCH();
+    prefill_reference_gpu(q->data, k->data, v->data, shape.dtype, cu_q.as<int32_t>(), cu_k.as<int32_t>(),
+                          shape.batch, args.max_seq_q, shape.heads, shape.kv_heads, shape.head_dim, args.total_q,
+                          float(shape.scale()), shape.causal, out[0].as<float>(), out[1].as<float>(), stream);
   }
 
   PrefillCase shape;
@@ -562,6 +549,30 @@ void register_attention_prefill(Registry& registry) {
                                "split along their keys, the last part merging the others' partials; launches with no "
                                "split and causal ones run ours_v2"));
   registry.add(std::move(op));
+}
+
+void prefill_reference_gpu(const void* q, const void* k, const void* v, DType dtype, const int32_t* cu_q,
+                           const int32_t* cu_k, int batch, int max_seq_q, int heads, int kv_heads, int head_dim,
+                           int total_q, float scale, bool causal, float* o, float* lse, cudaStream_t stream) {
+  const dim3 grid(unsigned((max_seq_q + kRefTile - 1) / kRefTile), unsigned(heads), unsigned(batch));
+  const size_t smem = (2 * size_t(kRefTile) * (head_dim + 1) + size_t(kRefTile) * (kRefTile + 1)) * sizeof(float);
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      throw std::invalid_argument("prefill_reference_gpu: q, k, v must be bf16, fp16 or fp32");
+    } else {
+      auto launch = [&](auto kernel) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<grid, kRefThreads, smem, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                                    static_cast<const T*>(v), cu_q, cu_k, o, lse, heads, kv_heads,
+                                                    head_dim, total_q, scale, causal);
+      };
+      if (head_dim <= 64) launch(prefill_reference_kernel<T, 4>);
+      else if (head_dim <= 128) launch(prefill_reference_kernel<T, 8>);
+      else launch(prefill_reference_kernel<T, kRefMaxHeadDim / 16>);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace topt::suites

@@ -23,6 +23,13 @@ struct Bf16Loader {
   __device__ double operator()(int64_t row, int64_t col) const { return double(__bfloat162float(p[row * k + col])); }
 };
 
+// fp32 activations (a model's fp32 reference composition).
+struct F32Loader {
+  const float* p;
+  int64_t k;
+  __device__ double operator()(int64_t row, int64_t col) const { return double(p[row * k + col]); }
+};
+
 // E4M3 codes with one scale (`groups` 0) or a scale per (block_rows × 128) block, [rows / block_rows, groups].
 struct E4m3Loader {
   const uint8_t* q;

@@ -47,6 +47,9 @@ AddRmsNormReference add_rmsnorm_reference(const std::vector<double>& x, const st
 // normalized; y = rmsnorm(h or x) · w. x, residual and w of `dtype` (bf16/fp16), h and y fp32.
 void rmsnorm_reference_gpu(const void* x, const void* residual, const void* w, float* h, float* y, int64_t rows,
                            int64_t hidden, float eps, DType dtype, cudaStream_t stream);
+// The same with fp32 x and residual and w of `w_dtype` (bf16/fp16): a model's fp32 reference composition.
+void rmsnorm_reference_gpu_f32(const float* x, const float* residual, const void* w, float* h, float* y, int64_t rows,
+                               int64_t hidden, float eps, DType w_dtype, cudaStream_t stream);
 
 // y = (x - mean) / sqrt(var + eps) * w + b, biased variance.
 std::vector<double> layernorm_reference(const std::vector<double>& x, const std::vector<double>& w,

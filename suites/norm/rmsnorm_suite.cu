@@ -18,9 +18,10 @@ namespace topt::suites {
 namespace {
 
 // Naive and independent of the kernels under test: one thread per row, double accumulation. With a
-// residual, h = x + residual is written (unrounded) and normalized.
-template <class T>
-__global__ void rmsnorm_reference_kernel(const T* x, const T* residual, const T* w, float* h, float* y, int64_t rows,
+// residual, h = x + residual is written (unrounded) and normalized. x and residual of T (fp32 in a
+// model's fp32 reference composition), w of W.
+template <class T, class W>
+__global__ void rmsnorm_reference_kernel(const T* x, const T* residual, const W* w, float* h, float* y, int64_t rows,
                                          int64_t hidden, float eps) {
   int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (r >= rows) return;
@@ -172,8 +173,18 @@ void rmsnorm_reference_gpu(const void* x, const void* residual, const void* w, f
                            int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rmsnorm_reference_kernel<T><<<unsigned((rows + 127) / 128), 128, 0, stream>>>(
+    rmsnorm_reference_kernel<T, T><<<unsigned((rows + 127) / 128), 128, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<const T*>(w), h, y, rows, hidden, eps);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_reference_gpu_f32(const float* x, const float* residual, const void* w, float* h, float* y, int64_t rows,
+                               int64_t hidden, float eps, DType w_dtype, cudaStream_t stream) {
+  dispatch_half_dtype(w_dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    rmsnorm_reference_kernel<float, W><<<unsigned((rows + 127) / 128), 128, 0, stream>>>(
+        x, residual, static_cast<const W*>(w), h, y, rows, hidden, eps);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -136,5 +136,30 @@ class CollectiveCharts(unittest.TestCase):
         self.assertEqual(out["skipped"][0]["why"], "no row of it is ok and timed")
 
 
+class TokensChart(unittest.TestCase):
+    """decode_step's tokens/s against batch, with the floor: drawn from rows that carry tokens_per_step."""
+
+    def test_drawn_with_the_floor(self):
+        try:
+            plt = make_report.pyplot()
+        except SystemExit:
+            self.skipTest("matplotlib missing")
+        rows = []
+        for model in ("llama2-7b", "llama2-13b"):
+            for batch in (1, 4, 16):
+                for impl, us in (("baseline", 6000.0), ("ours", 5000.0)):
+                    params = {"model": model, "hidden": 4096, "batch": batch, "context": 1024}
+                    rows.append({"op": "decode_step", "impl": impl, "is_baseline": impl == "baseline",
+                                 "params": params, "dtype": "bf16", "status": "ok", "time_us": {"median": us},
+                                 "flops": 1, "bytes": 1,
+                                 "metrics": {"tokens_per_step": batch, "read_bound_us": 4500.0}})
+        with tempfile.TemporaryDirectory() as out:
+            rep = make_report.Report(out, "t")
+            make_report.tokens_chart(plt, rep, "decode_step", rows)
+            self.assertEqual([c["kind"] for c in rep.charts], ["tokens"])
+            self.assertTrue(os.path.exists(os.path.join(out, rep.charts[0]["png"])))
+        self.assertAlmostEqual(make_report.tokens_per_s(rows[-1]), 16 / 5e-3)
+
+
 if __name__ == "__main__":
     unittest.main()

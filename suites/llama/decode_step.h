@@ -1,0 +1,130 @@
+// decode_step's pieces shared by its translation units: the case, the problem (weights, KV caches,
+// the new tokens' embeddings, logits), the step's activations, and the compositions (baseline, peer,
+// ours) as instances that capture their step once as a CUDA graph and replay it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/op.h"
+#include "harness/tensor.h"
+#include "suites/llama/llama_model.h"
+
+namespace topt::suites {
+
+// The values of a decode_step case's axes.
+struct StepCase {
+  LlamaShape model;
+  int batch, context, page_size;
+  explicit StepCase(const Case& c);
+  // Every sequence holds `context` tokens, the new one included (position context − 1).
+  std::vector<int> lengths() const { return std::vector<int>(size_t(batch), context); }
+  // Weights and the KV bytes one step reads (the floor's bytes).
+  double weight_bytes() const { return 2.0 * double(model.weights()); }
+  double kv_bytes() const { return double(model.layers) * double(LlamaKvCache::bytes(model, int64_t(batch) * context)); }
+};
+
+// The logits' error model for `layers` layers (docs/checks.md "decode_step").
+ErrorModel decode_step_error_model(const StepCase& s);
+
+class DecodeStepProblem : public Problem {
+ public:
+  DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream);
+  ~DecodeStepProblem() override;
+
+  std::vector<Tensor> outputs() const override { return {*logits}; }
+  std::vector<OutputSpec> output_specs() const override;
+  std::vector<std::vector<double>> reference_cpu(cudaStream_t stream) const override;
+  void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override;
+  // "floor": every weight and every cached K/V byte the step reads, read once at this GPU's rate.
+  std::vector<ReadBound> read_bounds() const override;
+
+  // The fp32 reference's logits [batch, vocab] on the host (computed once, with the reference).
+  const std::vector<double>& reference_logits(cudaStream_t stream) const;
+  // The baseline composition's logits on the host, from one eager launch of it into a buffer of its
+  // own (computed once, the first time another composition is checked against it). Empty when the
+  // baseline cannot run the case (then agreement with it is not checked).
+  const std::vector<double>& baseline_logits(cudaStream_t stream) const;
+
+  StepCase shape;
+  LlamaWeights weights;
+  LlamaKvCache cache;
+  OwnedTensor x_in;    // [batch, hidden]: the new tokens' embeddings
+  OwnedTensor logits;  // [batch, vocab]
+
+ private:
+  mutable std::vector<double> reference_host_, baseline_host_;
+  mutable bool baseline_done_ = false;
+  DeviceBuffer sink_, floor_ranges_;       // the read bound's
+  cudaGraphExec_t floor_graph_ = nullptr;  // the read bound's reads, captured once
+};
+
+// A bf16 composition's activations, [rows, ·] each (rows: the decode step's batch, a prefill's tokens).
+struct StepActivations {
+  OwnedTensor x;        // [rows, hidden]: the residual stream
+  OwnedTensor xn;       // [rows, hidden]: normalized
+  OwnedTensor qkv;      // [rows, (heads + 2·kv_heads)·head_dim]
+  OwnedTensor q;        // [rows, heads, head_dim]: rotated
+  OwnedTensor o;        // [rows, heads·head_dim]: attention's output
+  OwnedTensor y;        // [rows, hidden]: a sublayer's output before the residual add
+  OwnedTensor gate_up;  // [rows, 2·ffn]
+  OwnedTensor h;        // [rows, ffn]: SiLU(gate)·up
+  StepActivations(const LlamaShape& s, int64_t rows);
+  size_t bytes() const;
+};
+
+// A composition captured once as a CUDA graph: its step enqueued once eagerly at prepare (libraries
+// choose their plans on a first launch), then captured; launch() replays the graph, so the time is
+// the graph's.
+class GraphedInstance : public Instance {
+ public:
+  ~GraphedInstance() override;
+  void launch(cudaStream_t stream) override;
+  // Enqueues one step on `stream`: what the graph holds.
+  virtual void step(cudaStream_t stream) = 0;
+
+ protected:
+  // Eager step, then the capture; the derived constructor calls it once its members are built.
+  void capture(cudaStream_t stream);
+
+ private:
+  cudaGraphExec_t graph_ = nullptr;
+};
+
+// A decode step's composition; copy_out checks its argmax against the baseline's (>= 99% of rows;
+// see decode_step_suite.cu).
+class StepInstance : public GraphedInstance {
+ public:
+  StepInstance(const DecodeStepProblem& p, void* logits_out);
+  void copy_out(cudaStream_t stream) override;
+  std::vector<std::pair<std::string, double>> metrics() const override { return metrics_; }
+  size_t workspace_bytes() const override { return act_.bytes() + extra_workspace(); }
+
+ protected:
+  virtual size_t extra_workspace() const { return 0; }
+  // Whether this is the baseline itself (it is not checked against itself).
+  virtual bool is_baseline() const { return false; }
+
+  const DecodeStepProblem& p_;
+  const LlamaShape& m_;
+  void* logits_out_;
+  StepActivations act_;
+
+ private:
+  std::vector<std::pair<std::string, double>> metrics_;
+};
+
+// The compositions (decode_step_compositions.cu), writing logits to `logits_out`.
+std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+
+// The fp32 reference composition (llama_reference.cu): logits [batch, vocab] fp32. It writes
+// its new tokens' K/V, rounded to bf16 as the cache holds them, at the same positions the
+// compositions do.
+void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream_t stream);
+
+}  // namespace topt::suites

@@ -1,0 +1,362 @@
+// decode_step: one new token for each of `batch` sequences through every layer of a Llama-2 model
+// (RMSNorm → QKV → RoPE → KV append → paged decode attention → O + residual → RMSNorm → SwiGLU FFN +
+// residual), the final norm and the LM head, to logits [batch, vocab]. Each composition is captured
+// once as a CUDA graph and replayed: the time of a step is the graph's.
+// Napkin math (7B, bf16, batch 1, context 1k): 13.5 GB of weights + 0.5 GB of KV read per step, 4.5 ms
+// at 3.1 TB/s, for 13 GFLOP: bandwidth-bound until batch ~100. The floor is those bytes at the
+// GPU's read rate (ReadBound "floor": pct_of_read_bound is pct_of_floor).
+// The check: logits against the fp32 reference composition (llama_reference.cu) with
+// element tolerances counted for N layers, and the argmax against the baseline's on >= 99% of rows
+// (StepInstance::copy_out). Launches are idempotent: each writes its new tokens' K/V at the same
+// positions (context − 1) over the same cached context, so every launch sees the same cache.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "baselines/flashinfer/flashinfer_activation.h"
+#include "baselines/flashinfer/flashinfer_attention.h"
+#include "baselines/flashinfer/flashinfer_norm.h"
+#include "harness/cuda_check.h"
+#include "harness/timing.h"
+#include "kernels/attention/decode_attention.h"
+#include "kernels/attention/kv_cache.h"
+#include "kernels/gemm/gemm.h"
+#include "suites/llama/decode_step.h"
+#include "suites/llama/llama_blocks.h"
+#include "suites/llama/llama_suites.h"
+
+namespace topt::suites {
+
+StepCase::StepCase(const Case& c)
+    : model(llama_shape(c)),
+      batch(int(c.params.i("batch"))),
+      context(int(c.params.i("context"))),
+      page_size(int(c.params.i("page_size"))) {}
+
+// Per layer, roundings to bf16 on an element's way that scale with it: the attention norm's output,
+// QKV, RoPE, attention's output, O, the residual add, the FFN norm's output, gate|up, SiLU·mul, down,
+// the residual add (11); and as terms of attention's weighted sum, P and the split partials (2). Then
+// the final norm and the LM head's outputs (2). fp32 sums: hidden, the context and ffn per layer.
+// The model counts them as adding up, not amplifying: random layers with normalized inputs keep
+// relative errors about their size. At 32 layers rtol ≈ 2.8: too loose to catch anything but
+// garbage, hence the argmax criterion (docs/checks.md).
+ErrorModel decode_step_error_model(const StepCase& s) {
+  const int layers = s.model.layers;
+  const int64_t sums = int64_t(layers) * (s.model.hidden + s.context + s.model.ffn);
+  return {DType::bf16, 11 * layers + 2, 2 * layers, sums};
+}
+
+namespace {
+
+constexpr int kReadThreads = 256;
+constexpr int64_t kReadChunk = 64 << 10;  // bytes a block reads at a time
+
+struct ReadRange {
+  const uint4* p;
+  int64_t chunks_before, bytes;  // the chunks of the ranges before this one
+};
+
+// Reads every range once, 16 bytes per thread at a time, blocks taking 64 KB chunks in turn (the
+// chunk's range found by binary search); writes the sink only for an impossible value.
+__global__ void __launch_bounds__(kReadThreads)
+    read_ranges_kernel(const ReadRange* ranges, int count, int64_t chunks, uint4* sink) {
+  uint32_t acc = 0;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (ranges[mid].chunks_before <= c) lo = mid;
+      else hi = mid - 1;
+    }
+    const ReadRange r = ranges[lo];
+    const int64_t begin = (c - r.chunks_before) * kReadChunk / 16;
+    const int64_t end = begin + kReadChunk / 16 < r.bytes / 16 ? begin + kReadChunk / 16 : r.bytes / 16;
+#pragma unroll 4
+    for (int64_t i = begin + threadIdx.x; i < end; i += kReadThreads) {
+      const uint4 v = __ldcs(r.p + i);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+  if (acc == 0x9e3779b9u) sink->x = acc;  // (almost) never: keeps the reads from being optimized away
+}
+
+}  // namespace
+
+namespace {
+
+// The case, once its weights, caches, ours' interleaved gate|up copy and 2 GB for the rest
+// (activations, workspaces, the reference's scratch, the baseline that ours is compared with) fit the
+// device's free memory; OutOfMemory naming the sizes otherwise.
+StepCase fitting_device(const Case& c) {
+  StepCase s(c);
+  require_device_memory(s.weight_bytes() + s.kv_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers) + 2e9,
+                        "decode_step " + c.label() +
+                            " (weights, KV caches, ours' interleaved gate|up weights and 2 GB for the rest)");
+  return s;
+}
+
+}  // namespace
+
+DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream)
+    : shape(fitting_device(c)),
+      weights(shape.model, seed, stream),
+      cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream),
+      x_in(DType::bf16, {shape.batch, shape.model.hidden}, "x_in"),
+      logits(DType::bf16, {shape.batch, shape.model.vocab}, "logits"),
+      sink_(16, "floor sink") {
+  fill_uniform(*x_in, seed + 1, -1.f, 1.f, stream);
+  // The floor's ranges: every weight tensor, every layer's K and V pages.
+  std::vector<ReadRange> ranges;
+  int64_t chunks = 0;
+  auto add = [&](const OwnedTensor& t) {
+    ranges.push_back({static_cast<const uint4*>(t->data), chunks, int64_t(t->bytes())});
+    chunks += (int64_t(t->bytes()) + kReadChunk - 1) / kReadChunk;
+  };
+  for (const LlamaLayerWeights& w : weights.layers)
+    for (const OwnedTensor* t : {&w.attn_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w_gate_up, &w.w_down}) add(*t);
+  add(weights.final_norm);
+  add(weights.lm_head);
+  for (int l = 0; l < shape.model.layers; ++l) {
+    add(cache.k_pages[size_t(l)]);
+    add(cache.v_pages[size_t(l)]);
+  }
+  DeviceBuffer ranges_device(ranges.size() * sizeof(ReadRange), "floor ranges");
+  CUDA_CHECK(cudaMemcpyAsync(ranges_device.get(), ranges.data(), ranges_device.bytes(), cudaMemcpyHostToDevice,
+                             stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  floor_ranges_ = std::move(ranges_device);
+  const int count = int(ranges.size());
+  const unsigned grid = unsigned(std::min<int64_t>(chunks, 8 * int64_t(current_device_sm_count())));
+  const ReadRange* r = floor_ranges_.as<ReadRange>();
+  uint4* sink = sink_.as<uint4>();
+  floor_graph_ = capture_graph(
+      [=](cudaStream_t s) {
+        read_ranges_kernel<<<grid, kReadThreads, 0, s>>>(r, count, chunks, sink);
+        CUDA_CHECK_LAUNCH();
+      },
+      1, stream);
+}
+
+DecodeStepProblem::~DecodeStepProblem() {
+  if (floor_graph_) cudaGraphExecDestroy(floor_graph_);
+}
+
+std::vector<OutputSpec> DecodeStepProblem::output_specs() const {
+  return {{"logits", {"sequence", "token"}, decode_step_error_model(shape)}};
+}
+
+void DecodeStepProblem::reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const {
+  decode_step_reference(*this, out[0].as<float>(), stream);
+  reference_host_ = to_host_f64(out[0], stream);
+}
+
+std::vector<std::vector<double>> DecodeStepProblem::reference_cpu(cudaStream_t stream) const {
+  return {reference_logits(stream)};
+}
+
+const std::vector<double>& DecodeStepProblem::reference_logits(cudaStream_t stream) const {
+  if (reference_host_.empty()) {
+    OwnedTensor ref(DType::f32, logits->shape, "reference logits");
+    reference_gpu({*ref}, stream);
+  }
+  return reference_host_;
+}
+
+const std::vector<double>& DecodeStepProblem::baseline_logits(cudaStream_t stream) const {
+  if (baseline_done_) return baseline_host_;
+  baseline_done_ = true;
+  OwnedTensor out(DType::bf16, logits->shape, "baseline logits");
+  try {
+    make_baseline_step(*this, out->data, stream);  // its prepare runs one step eagerly before the capture
+  } catch (const Unsupported&) {
+    return baseline_host_;  // empty: the baseline cannot run the case
+  }
+  baseline_host_ = to_host_f64(*out, stream);
+  return baseline_host_;
+}
+
+std::vector<ReadBound> DecodeStepProblem::read_bounds() const {
+  cudaGraphExec_t graph = floor_graph_;
+  return {{"floor", {{"weights_and_kv", [graph](cudaStream_t s) { CUDA_CHECK(cudaGraphLaunch(graph, s)); }}}}};
+}
+
+StepActivations::StepActivations(const LlamaShape& s, int64_t batch)
+    : x(DType::bf16, {batch, s.hidden}, "x"),
+      xn(DType::bf16, {batch, s.hidden}, "xn"),
+      qkv(DType::bf16, {batch, s.qkv_width()}, "qkv"),
+      q(DType::bf16, {batch, s.heads, s.head_dim}, "q"),
+      o(DType::bf16, {batch, int64_t(s.heads) * s.head_dim}, "attention output"),
+      y(DType::bf16, {batch, s.hidden}, "sublayer output"),
+      gate_up(DType::bf16, {batch, 2 * int64_t(s.ffn)}, "gate|up"),
+      h(DType::bf16, {batch, s.ffn}, "SiLU(gate)·up") {}
+
+size_t StepActivations::bytes() const {
+  return x->bytes() + xn->bytes() + qkv->bytes() + q->bytes() + o->bytes() + y->bytes() + gate_up->bytes() +
+         h->bytes();
+}
+
+GraphedInstance::~GraphedInstance() {
+  if (graph_) cudaGraphExecDestroy(graph_);
+}
+
+void GraphedInstance::capture(cudaStream_t stream) {
+  step(stream);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  graph_ = capture_graph([this](cudaStream_t s) { step(s); }, 1, stream);
+}
+
+void GraphedInstance::launch(cudaStream_t stream) { CUDA_CHECK(cudaGraphLaunch(graph_, stream)); }
+
+StepInstance::StepInstance(const DecodeStepProblem& p, void* logits_out)
+    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.batch) {}
+
+namespace {
+
+struct RowStats {
+  int64_t argmax = 0;
+  double rms_error = 0, rms_ref = 0;  // of the row against the reference
+};
+
+RowStats row_stats(const double* row, const double* ref, int64_t width) {
+  RowStats s;
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < width; ++i) {
+    if (row[i] > row[s.argmax]) s.argmax = i;
+    err2 += (row[i] - ref[i]) * (row[i] - ref[i]);
+    ref2 += ref[i] * ref[i];
+  }
+  s.rms_error = std::sqrt(err2 / double(width));
+  s.rms_ref = std::sqrt(ref2 / double(width));
+  return s;
+}
+
+int64_t argmax_of(const double* row, int64_t width) { return std::max_element(row, row + width) - row; }
+
+}  // namespace
+
+// The argmax criterion. A row agrees with the baseline when both pick the same token, and is a near
+// tie when they differ but the reference's logits of the two tokens lie within twice the two paths'
+// RMS errors on that row (measured against the reference): a swap their rounding alone explains.
+// Agreeing rows and near ties must make >= 99% of the rows; a failure throws (the row fails, named).
+void StepInstance::copy_out(cudaStream_t stream) {
+  constexpr double kMinAgreement = 0.99;
+  const int64_t rows = p_.shape.batch, width = m_.vocab;
+  const Tensor out{logits_out_, DType::bf16, {rows, width}};
+  const std::vector<double> ours = to_host_f64(out, stream);
+  // An element left unwritten or overflowed: the element check names it; no argmax to take.
+  if (!std::all_of(ours.begin(), ours.end(), [](double v) { return std::isfinite(v); })) return;
+  const std::vector<double>& ref = p_.reference_logits(stream);
+  const std::vector<double>& base = is_baseline() ? ours : p_.baseline_logits(stream);
+  int64_t same_as_ref = 0, same_as_base = 0, ties = 0;
+  double worst_rel = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* ref_row = ref.data() + r * width;
+    const RowStats o = row_stats(ours.data() + r * width, ref_row, width);
+    worst_rel = std::max(worst_rel, o.rms_error / std::max(o.rms_ref, 1e-30));
+    same_as_ref += o.argmax == argmax_of(ref_row, width);
+    if (base.empty()) continue;
+    const RowStats b = row_stats(base.data() + r * width, ref_row, width);
+    if (o.argmax == b.argmax) ++same_as_base;
+    else if (std::abs(ref_row[o.argmax] - ref_row[b.argmax]) <= 2 * (o.rms_error + b.rms_error)) ++ties;
+  }
+  metrics_ = {{"tokens_per_step", double(rows)},
+              {"logits_rel_rms_error", worst_rel},
+              {"argmax_agreement_vs_reference", double(same_as_ref) / double(rows)}};
+  if (base.empty()) return;
+  metrics_.push_back({"argmax_agreement_vs_baseline", double(same_as_base) / double(rows)});
+  metrics_.push_back({"argmax_near_ties_vs_baseline", double(ties)});
+  if (double(same_as_base + ties) < kMinAgreement * double(rows))
+    throw std::runtime_error(fmt::format(
+        "argmax check: the same token as the baseline on {} of {} rows and {} near ties, under {:.0f}% of rows",
+        same_as_base, rows, ties, 100 * kMinAgreement));
+}
+
+namespace {
+
+const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const DecodeStepProblem&>(p); }
+
+// Ours' kernels refuse: GEMM shapes, the decode attention's cache, RoPE.
+std::string ours_unsupported(const Case& c) {
+  const StepCase s(c);
+  const LlamaShape& m = s.model;
+  if (std::string why = core_gemms_unsupported(m, s.batch, true); !why.empty()) return why;
+  kernels::PagedKv kv;
+  kv.batch = s.batch;
+  kv.kv_heads = m.kv_heads;
+  kv.head_dim = m.head_dim;
+  kv.page_size = s.page_size;
+  kv.dtype = DType::bf16;
+  if (std::string why = kernels::decode_unsupported(kv, {m.heads, 1, s.context}); !why.empty()) return why;
+  return kernels::rope_unsupported(rope_shape(m, s.batch));
+}
+
+std::string peer_unsupported(const Case& c) {
+  const StepCase s(c);
+  const LlamaShape& m = s.model;
+  namespace fi = baselines::flashinfer;
+  if (std::string why = fi::fused_add_rmsnorm_unsupported(m.hidden); !why.empty()) return why;
+  if (std::string why = fi::silu_and_mul_unsupported(m.ffn); !why.empty()) return why;
+  return m.heads / m.kv_heads >= 4 ? fi::batch_prefill_unsupported(m.head_dim, m.heads, m.kv_heads, DType::bf16, true)
+                                   : fi::batch_decode_unsupported(m.head_dim, m.heads, m.kv_heads, 1, DType::bf16);
+}
+
+Impl step_impl(const char* name, Role role, const char* note, std::function<std::string(const Case&)> unsupported,
+               std::unique_ptr<StepInstance> (*make)(const DecodeStepProblem&, void*, cudaStream_t)) {
+  return {name, role, note, std::move(unsupported),
+          [make](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+            const DecodeStepProblem& step = as_step(p);
+            return make(step, step.logits->data, s);
+          },
+          "floor"};
+}
+
+}  // namespace
+
+void register_decode_step(Registry& registry) {
+  OpDef op;
+  op.name = "decode_step";
+  op.summary = "One decode step of a Llama-2 model (N layers, paged KV cache, LM head) for a batch of sequences, "
+               "each composition one CUDA graph";
+  op.reference_note = "fp32 composition of the ops' reference kernels (rmsnorm, gemm_bf16, rope, attention_decode) on "
+                      "the same bf16 weights and cache; argmax against the baseline's";
+  op.axes = llama_model_axes();
+  op.axes.insert(op.axes.end(),
+                 {{"batch", Axis::Kind::integer, std::nullopt, "sequences, one new token each"},
+                  {"context", Axis::Kind::integer, std::nullopt, "tokens each sequence holds, the new one included"},
+                  {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"}});
+  op.dtypes = {DType::bf16};
+  op.baseline = "baseline";
+  op.invalid = [](const Case& c) -> std::string {
+    if (std::string why = llama_shape_invalid(c); !why.empty()) return why;
+    const StepCase s(c);
+    if (s.batch < 1 || s.context < 1) return "batch and context must be >= 1";
+    if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
+    return "";
+  };
+  op.cost = [](const Case& c) {
+    const StepCase s(c);
+    const LlamaShape& m = s.model;
+    const double attention = 4.0 * s.batch * double(s.context) * m.heads * m.head_dim * m.layers;
+    return Cost{2.0 * s.batch * double(m.weights()) + attention, s.weight_bytes() + s.kv_bytes(), true};
+  };
+  op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
+    return std::make_unique<DecodeStepProblem>(c, seed, s);
+  };
+  op.impls.push_back(step_impl("baseline", Role::baseline,
+                               "cuBLASLt GEMMs (fastest of 8, per shape), cuDNN RMSNorm, cuDNN SDPA on the pages, unfused "
+                               "RoPE, KV append, SiLU·mul and residual adds",
+                               nullptr, make_baseline_step));
+  op.impls.push_back(step_impl("flashinfer", Role::peer,
+                               "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
+                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE",
+                               peer_unsupported, make_peer_step));
+  op.impls.push_back(step_impl("ours", Role::ours,
+                               "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
+                               "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue)",
+                               ours_unsupported, make_ours_step));
+  registry.add(std::move(op));
+}
+
+}  // namespace topt::suites

@@ -1,0 +1,83 @@
+// The Llama ops' host pieces: model shapes, the RoPE reference against hand-computed rotations, the
+// decode step's error model and its refusals of invalid cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/registry.h"
+#include "suites/llama/decode_step.h"
+#include "suites/llama/llama_suites.h"
+
+namespace topt::suites {
+
+// A decode_step case of Llama-2-7B's shape (as the `model: llama2-7b` preset fills it).
+Case step_7b(int64_t run_layers) {
+  Case c{"decode_step", {}, DType::bf16};
+  for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
+           {"hidden", 4096}, {"heads", 32}, {"kv_heads", 32}, {"head_dim", 128}, {"ffn", 11008}, {"vocab", 32000},
+           {"layers", 32}, {"run_layers", run_layers}, {"batch", 1}, {"context", 1024}, {"page_size", 16}})
+    c.params.set(name, value);
+  return c;
+}
+
+TEST(LlamaShape, FromTheModelAxes) {
+  const LlamaShape m7 = llama_shape(step_7b(0));
+  EXPECT_EQ(m7.layers, 32);
+  EXPECT_EQ(m7.qkv_width(), 3 * 4096);
+  // 6.74 B parameters less the 131 M of the embedding table (the step's input is the embeddings).
+  EXPECT_NEAR(double(m7.weights()), 6.607e9, 0.01e9);
+  EXPECT_EQ(llama_shape(step_7b(2)).layers, 2);
+  EXPECT_EQ(llama_shape(step_7b(64)).layers, 32);  // never more than the model has
+}
+
+TEST(RopeReference, PositionZeroIsIdentityAndPairsRotate) {
+  kernels::RopeShape s;
+  s.tokens = 2;
+  s.heads = 1;
+  s.kv_heads = 1;
+  s.head_dim = 4;
+  // token 0 at position 0, token 1 at position 1; q, k, v heads of 4 dims each.
+  const std::vector<double> qkv = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,  // token 0
+                                   1, 0, 0, 1, 1, 0, 0, 1, 2, 2, 2, 2};     // token 1
+  const auto ref = rope_reference(qkv, {0, 1}, s);
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(ref.q[size_t(i)], qkv[size_t(i)]);  // position 0
+  // Position 1: pair 0 (dims 0, 2) turns by 1 rad, pair 1 (dims 1, 3) by 10000^(-1/2) = 0.01 rad.
+  EXPECT_NEAR(ref.q[4], std::cos(1.0), 1e-15);  // x1 = 1, x2 = 0
+  EXPECT_NEAR(ref.q[6], std::sin(1.0), 1e-15);
+  EXPECT_NEAR(ref.q[5], -std::sin(0.01), 1e-15);  // x1 = 0, x2 = 1
+  EXPECT_NEAR(ref.q[7], std::cos(0.01), 1e-15);
+  EXPECT_NEAR(ref.k[4], std::cos(1.0), 1e-15);
+  EXPECT_EQ(ref.v, (std::vector<double>{9, 10, 11, 12, 2, 2, 2, 2}));  // copied
+}
+
+TEST(DecodeStep, ErrorModelGrowsWithLayers) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  const ErrorModel two = decode_step_error_model(StepCase(step_7b(2)));
+  EXPECT_EQ(two.roundings, 24);
+  EXPECT_EQ(two.term_roundings, 4);
+  EXPECT_EQ(decode_step_error_model(StepCase(step_7b(0))).roundings, 11 * 32 + 2);
+  Case c = step_7b(0);
+  EXPECT_EQ(op->invalid(c), "");
+  c.params.set("kv_heads", int64_t(5));
+  EXPECT_NE(op->invalid(c).find("multiple of kv_heads"), std::string::npos);
+  c = step_7b(-1);
+  EXPECT_NE(op->invalid(c).find("run_layers"), std::string::npos);
+  c = step_7b(0);
+  c.params.set("page_size", int64_t(24));
+  EXPECT_NE(op->invalid(c).find("page_size"), std::string::npos);
+}
+
+// The floor's bytes: every weight once and the batch's cached K/V once (7B, batch 1, context 1k:
+// 13.2 GB + 0.54 GB, 4.4 ms at 3.1 TB/s).
+TEST(DecodeStep, CostIsWeightsAndKvRead) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  const Cost cost = op->cost(step_7b(0));
+  const double kv = 32.0 * 2 * 1024 * 4096 * 2;
+  EXPECT_NEAR(cost.bytes, 2 * 6.607e9 + kv, 0.02e9);
+  EXPECT_TRUE(cost.reads_only);
+  EXPECT_NEAR(cost.bytes / 3.1e12 * 1e3, 4.44, 0.02);  // ms
+}
+
+}  // namespace topt::suites
