@@ -405,12 +405,12 @@ class CudnnDecode : public Instance {
 class GatherCublasInstance : public Instance {
  public:
   GatherCublasInstance(const DecodeProblem& p, cudaStream_t stream)
-      : p_(p), impl_(p.paged_kv(), p.decode_shape(), float(p.shape.scale()), stream) {}
-  void launch(cudaStream_t s) override { impl_.launch(p_.q->data, p_.o->data, s); }
+      : impl_(p.paged_kv(), p.decode_shape(), float(p.shape.scale()), p.q->data, p.o->data, stream) {}
+  void launch(cudaStream_t s) override { impl_.launch(s); }
   size_t workspace_bytes() const override { return impl_.workspace_bytes(); }
+  PlanChoice plan_choice() const override { return impl_.plan_choice(); }
 
  private:
-  const DecodeProblem& p_;
   baselines::GatherCublasDecode impl_;
 };
 
@@ -572,12 +572,13 @@ void register_attention_decode(Registry& registry) {
                       },
                       "pages", true});
   op.impls.push_back({"gather_cublas", Role::baseline,
-                      "gather pages to a contiguous cache, cuBLAS batched q·kᵀ, masked softmax, cuBLAS p·v",
+                      "gather pages to a contiguous cache, cuBLASLt batched q·kᵀ, masked softmax, cuBLASLt p·v "
+                      "(each GEMM the fastest of the heuristic's candidates)",
                       nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
                       },
-                      "pages"});
+                      "pages", true});
   op.impls.push_back(flashinfer_impl(
       "flashinfer", baselines::flashinfer::AttentionBackend::fa2,
       "tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, mma.sync)",
