@@ -115,7 +115,7 @@ class Instance {
   // Untimed, before every launch the runner checks, times or counts: restores what launch overwrites
   // in place (an in-place kernel's inputs), so that each launch sees the case's inputs. The timer
   // enqueues it ahead of the L2 flush and the start event (harness/timing.h). Most instances need none.
-  virtual void reset(cudaStream_t /*stream*/) {}
+  virtual void restore_inputs(cudaStream_t /*stream*/) {}
   // The host work launch() does that belongs to its cost (a plan rebuilt on every launch), or "".
   // The runner times such a launch only where the timing holds host time: CUDA events with the launch
   // included (measure hide_launch: false), no CUDA graph.

@@ -99,7 +99,7 @@ std::string timing_misses_host_work(const Instance& inst, const MeasureSettings&
 
 CheckResult launch_and_check(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream) {
   poison_outputs(problem, stream);
-  inst.reset(stream);
+  inst.restore_inputs(stream);
   inst.launch(stream);
   CUDA_CHECK_LAUNCH();
   return check_last_launch(inst, problem, ref, stream);

@@ -111,7 +111,7 @@ class SweepRunner {
     try {
       CounterReading reading = counters_->collect([&](cudaStream_t s) { inst.launch(s); },
                                                   [&] { timer_->evict_l2(); }, stream_,
-                                                  [&](cudaStream_t s) { inst.reset(s); });
+                                                  [&](cudaStream_t s) { inst.restore_inputs(s); });
       r.metrics.update(counter_metrics(reading, r.flops, r.bytes));
     } catch (const CuptiError& e) {
       stop_counters(e);
@@ -124,11 +124,11 @@ class SweepRunner {
   void profile_launch(const PlannedCase& pc, const std::string& impl, Instance& inst) {
     constexpr int kWarmupLaunches = 3;
     for (int i = 0; i < kWarmupLaunches; ++i) {
-      inst.reset(stream_);
+      inst.restore_inputs(stream_);
       inst.launch(stream_);
     }
     CUDA_CHECK_LAUNCH();
-    inst.reset(stream_);
+    inst.restore_inputs(stream_);
     timer_->prepare_l2(pc.sweep->measure.cache);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaProfilerStart());
@@ -266,9 +266,10 @@ class SweepRunner {
     return lost;
   }
 
-  // The instance's launches timed, its reset before each one and outside the measurement.
+  // The instance's launches timed, its restore_inputs before each one and outside the measurement.
   Measurement measure(Instance& inst, const MeasureSettings& m) {
-    return timer_->measure([&](cudaStream_t s) { inst.launch(s); }, m, [&](cudaStream_t s) { inst.reset(s); });
+    return timer_->measure([&](cudaStream_t s) { inst.launch(s); }, m,
+                           [&](cudaStream_t s) { inst.restore_inputs(s); });
   }
 
   // A read bound's median: that of its fastest way, which is named.

@@ -151,12 +151,12 @@ std::unique_ptr<Instance> flashinfer_rmsnorm(const RmsNormProblem& q) {
 }
 
 // FlashInfer's FusedAddRMSNorm works in place (residual += input, input = norm(residual) · w) on the
-// outputs: its reset copies the inputs into them (x to y, residual to h) before every launch, untimed,
+// outputs: its restore_inputs copies the inputs into them (x to y, residual to h) before every launch, untimed,
 // so that every launch sees the case's inputs and its time is the kernel's alone.
 class FlashInferAddRmsNorm : public Instance {
  public:
   explicit FlashInferAddRmsNorm(const RmsNormProblem& q) : q_(q) {}
-  void reset(cudaStream_t s) override {
+  void restore_inputs(cudaStream_t s) override {
     CUDA_CHECK(cudaMemcpyAsync(q_.y->data, q_.x->data, q_.x->bytes(), cudaMemcpyDeviceToDevice, s));
     CUDA_CHECK(cudaMemcpyAsync(q_.h->data, q_.residual->data, q_.residual->bytes(), cudaMemcpyDeviceToDevice, s));
   }

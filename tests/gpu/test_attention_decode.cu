@@ -180,6 +180,50 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
   }
 }
 
+// host_plan=per_launch: ours and FlashInfer's plan and upload again inside every launch, which must
+// be right every time (the upload rewrites the work list and zeroes the combine counters under the
+// next launch); both carry plan_us, and say that their launch does host work.
+TEST_F(GpuTest, DecodePlanPerLaunchIsRightOnEveryLaunch) {
+  if (small_shapes_only()) GTEST_SKIP() << "repeated launches of a large case: memcheck's, not racecheck's";
+  Case c = decode_case({5, 6000, "ragged", 1, 64, 8, 16}, DType::bf16);
+  c.params.set("host_plan", std::string("per_launch"));
+  const OpDef* op = builtin_registry().find(c.op);
+  auto problem = op->make_problem(c, 5, stream);
+  Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+  for (const char* impl : {"ours_v2", "ours_v3", "flashinfer", "flashinfer_simt"}) {
+    auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
+    EXPECT_NE(inst->host_work_in_launch(), "") << impl;
+    const auto metrics = inst->metrics();
+    ASSERT_FALSE(metrics.empty()) << impl;
+    EXPECT_EQ(metrics[0].first, "plan_us") << impl;
+    EXPECT_GT(metrics[0].second, 0.0) << impl;
+    for (int launch = 0; launch < 3; ++launch) {
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      inst->launch(stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << impl << " launch " << launch << ": " << r.describe();
+    }
+  }
+  // The same case planned apart: no host work in the launch.
+  c.params.set("host_plan", std::string("apart"));
+  auto problem_apart = op->make_problem(c, 5, stream);
+  EXPECT_EQ(op->find_impl("ours_v3")->prepare(*problem_apart, c, stream)->host_work_in_launch(), "");
+}
+
+// gather_cublas's two GEMMs are each the fastest of cuBLASLt's candidates, named in its plan.
+TEST_F(GpuTest, GatherCublasNamesItsChosenCandidates) {
+  if (left_out_under_racecheck("attention_decode", "gather_cublas")) GTEST_SKIP() << "cuBLASLt: not racecheck's";
+  Case c = decode_case({4, 3000, "ragged", 2, 64, 8, 16}, DType::bf16);
+  const OpDef* op = builtin_registry().find(c.op);
+  auto problem = op->make_problem(c, 5, stream);
+  const PlanChoice plan = op->find_impl("gather_cublas")->prepare(*problem, c, stream)->plan_choice();
+  EXPECT_GE(plan.tried, 2) << plan.name;
+  EXPECT_EQ(plan.name.find("q·kᵀ: heuristic candidate"), 0u) << plan.name;
+  EXPECT_NE(plan.name.find("; p·v: heuristic candidate"), std::string::npos) << plan.name;
+  EXPECT_TRUE(op->find_impl("gather_cublas")->chooses_plan);
+}
+
 // Tables whose pages follow one another (a fresh pool), as the sweep's page_order=sequential rows.
 TEST_F(GpuTest, DecodeIsRightOnSequentialPages) {
   // Pages of 16 and 32 tokens: a tile of 4 or 2 consecutive pages is one TMA copy per half.

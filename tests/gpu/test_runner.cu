@@ -46,7 +46,7 @@ std::string quick_decode_config(const std::string& name, const std::string& ops)
          ops;
 }
 
-// FlashInfer's fused add + RMSNorm works in place: only its reset, run before every launch, gives each
+// FlashInfer's fused add + RMSNorm works in place: only its restore_inputs, run before every launch, gives each
 // launch the case's inputs, so its row passes the check of the last timed launch only with it.
 TEST_F(RunnerGpuTest, InterleavedRoundsTimeEveryImplementation) {
   const ResultsFile f = run(R"(
