@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -30,6 +31,21 @@ Case decode_case(const DecodeParam& s, DType dt) {
   p.set("kv_heads", s.kv_heads);
   p.set("page_size", s.page_size);
   return make_case("attention_decode", p, dt);
+}
+
+// Three launches of `inst`, each on poisoned outputs and checked against the reference: state an
+// instance keeps between launches (split counters, a plan made again, a packed output) must leave
+// every one right.
+void expect_right_on_every_launch(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream,
+                                  const std::string& what) {
+  for (int launch = 0; launch < 3; ++launch) {
+    for (auto& out : problem.outputs()) poison_nan(out, stream);
+    inst.launch(stream);
+    inst.copy_out(stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CheckResult r = check_outputs(problem, ref, stream);
+    EXPECT_TRUE(r.passes()) << what << " launch " << launch << ": " << r.describe();
+  }
 }
 
 class DecodeGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<DecodeParam, DType>> {};
@@ -120,14 +136,7 @@ TEST_F(GpuTest, FlashInferDecodeIsRightOnEveryLaunch) {
     ASSERT_EQ(metrics.size(), 1u);
     EXPECT_EQ(metrics[0].first, "plan_us");
     EXPECT_GT(metrics[0].second, 0.0);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      inst->copy_out(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << impl << " q_len " << q_len << " launch " << launch << ": " << r.describe();
-    }
+    expect_right_on_every_launch(*inst, *problem, ref, stream, std::string(impl) + " q_len " + std::to_string(q_len));
   }
 }
 
@@ -170,13 +179,7 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
   for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage", "ours_v3"}) {
     auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
     EXPECT_GT(inst->workspace_bytes(), 0u) << "expected a split-KV plan";
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << impl << " launch " << launch << ": " << r.describe();
-    }
+    expect_right_on_every_launch(*inst, *problem, ref, stream, impl);
   }
 }
 
@@ -197,13 +200,7 @@ TEST_F(GpuTest, DecodePlanPerLaunchIsRightOnEveryLaunch) {
     ASSERT_FALSE(metrics.empty()) << impl;
     EXPECT_EQ(metrics[0].first, "plan_us") << impl;
     EXPECT_GT(metrics[0].second, 0.0) << impl;
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << impl << " launch " << launch << ": " << r.describe();
-    }
+    expect_right_on_every_launch(*inst, *problem, ref, stream, impl);
   }
   // The same case planned apart: no host work in the launch.
   c.params.set("host_plan", std::string("apart"));
