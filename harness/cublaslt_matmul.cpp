@@ -13,6 +13,8 @@ LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, spec.compute, spec.scale_type));
     const cublasOperation_t trans = spec.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+    const cublasOperation_t trans_b = spec.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
     auto set_scale = [&](cublasLtMatmulDescAttributes_t pointer, cublasLtMatmulDescAttributes_t mode_attr,
                          const float* scale, int mode) {
       if (!scale) return;
@@ -28,11 +30,31 @@ LtMatmul::LtMatmul(const LtMatmulSpec& spec) : spec_(spec) {
                                                   sizeof(spec.epilogue)));
     if (spec.bias)
       CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &spec.bias, sizeof(spec.bias)));
-    // Column-major, tightly packed: A is m × k (k × m transposed), B k × n, D m × n.
+    // Column-major: A is m × k (k × m transposed), B k × n (n × k transposed), D m × n; packed unless
+    // a leading dimension is given.
     const int64_t a_rows = spec.trans_a ? spec.k : spec.m, a_cols = spec.trans_a ? spec.m : spec.k;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, spec.a_type, a_rows, a_cols, a_rows));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, spec.b_type, spec.k, spec.n, spec.k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, spec.d_type, spec.m, spec.n, spec.m));
+    const int64_t b_rows = spec.trans_b ? spec.n : spec.k, b_cols = spec.trans_b ? spec.k : spec.n;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, spec.a_type, a_rows, a_cols, spec.lda ? spec.lda : a_rows));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, spec.b_type, b_rows, b_cols, spec.ldb ? spec.ldb : b_rows));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, spec.d_type, spec.m, spec.n, spec.ldd ? spec.ldd : spec.m));
+    if (spec.batch_count > 1) {
+      auto batch = [&](cublasLtMatrixLayout_t layout, int64_t stride) {
+        const int32_t count = spec.batch_count;
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                      sizeof(count)));
+        if (spec.pointer_array) {
+          const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+          CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode,
+                                                        sizeof(mode)));
+        } else {
+          CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                        sizeof(stride)));
+        }
+      };
+      batch(a_, spec.stride_a);
+      batch(b_, spec.stride_b);
+      batch(d_, spec.stride_d);
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = spec.workspace_bytes;

@@ -13,12 +13,19 @@
 
 namespace topt {
 
-// D[m, n] = alpha · op(A)[m, k] · B[k, n] (+ C) in cuBLAS's column-major terms; op(A) = Aᵀ with trans_a
-// (A then stored k × m). Row-major y[M, N] = x[M, K] · W[N, K]ᵀ is m = N, n = M, A = W with trans_a,
-// B = x: the "TN" layout, the one FP8 and INT8 need on Hopper.
+// D[m, n] = alpha · op(A)[m, k] · op(B)[k, n] (+ C) in cuBLAS's column-major terms; op(A) = Aᵀ with trans_a
+// (A then stored k × m), op(B) = Bᵀ with trans_b (B stored n × k). Row-major y[M, N] = x[M, K] · W[N, K]ᵀ
+// is m = N, n = M, A = W with trans_a, B = x: the "TN" layout, the one FP8 and INT8 need on Hopper.
 struct LtMatmulSpec {
   int64_t m = 0, n = 0, k = 0;
-  bool trans_a = false;
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0, ldd = 0;  // leading dimensions in elements; 0: the stored matrix's rows (packed)
+  // batch_count > 1: that many matmuls of one shape in one call, either strided (A, B and D of instance
+  // i at i · stride elements from the first) or, with pointer_array, through device arrays of
+  // batch_count pointers each, passed to run() in place of a, b and d.
+  int batch_count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+  bool pointer_array = false;
   cudaDataType a_type = CUDA_R_16BF, b_type = CUDA_R_16BF, d_type = CUDA_R_16BF;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType scale_type = CUDA_R_32F;  // alpha's type: CUDA_R_32I for the int8 GEMM

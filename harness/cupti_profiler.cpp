@@ -277,7 +277,7 @@ struct CounterCollector::State {
   std::optional<double> profiler_bytes;  // measured at the first collection
 
   CounterReading count(const std::function<void(cudaStream_t)>& launch, const std::function<void()>& evict_l2,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const std::function<void(cudaStream_t)>& reset = {});
 
   // The metrics' values in range `index` of decoded counter data.
   std::vector<double> evaluate(const std::vector<uint8_t>& data, size_t index, const std::vector<std::string>& names) {
@@ -338,23 +338,26 @@ const std::string& CounterCollector::chip() const { return state_->chip; }
 size_t CounterCollector::passes() const { return state_->passes; }
 
 CounterReading CounterCollector::collect(const std::function<void(cudaStream_t)>& launch,
-                                         const std::function<void()>& evict_l2, cudaStream_t stream) {
+                                         const std::function<void()>& evict_l2, cudaStream_t stream,
+                                         const std::function<void(cudaStream_t)>& reset) {
   State& s = *state_;
   if (!s.profiler_bytes) {
     CounterReading idle = s.count([](cudaStream_t) {}, evict_l2, stream);
     s.profiler_bytes = idle.dram_read_bytes + idle.dram_write_bytes + idle.dram_writeback_bytes;
   }
-  CounterReading reading = s.count(launch, evict_l2, stream);
+  CounterReading reading = s.count(launch, evict_l2, stream, reset);
   reading.profiler_bytes = *s.profiler_bytes;
   return reading;
 }
 
 CounterReading CounterCollector::State::count(const std::function<void(cudaStream_t)>& launch,
-                                              const std::function<void()>& evict_l2, cudaStream_t stream) {
+                                              const std::function<void()>& evict_l2, cudaStream_t stream,
+                                              const std::function<void(cudaStream_t)>& reset) {
   RangeProfiler profiler(ctx);
   std::vector<uint8_t> data = profiler.configure(collected, config_image, kRangeNames.size());
   bool all_passes = false;
   while (!all_passes) {
+    if (reset) reset(stream);
     evict_l2();
     CUDA_CHECK(cudaStreamSynchronize(stream));
     profiler.start();

@@ -35,8 +35,9 @@ class CounterCollector {
 
   // `launch` enqueues one run on the stream it is given; `evict_l2` enqueues, on `stream`, work that
   // leaves the L2 holding only clean lines. Throws CuptiError or CudaError.
+  // `reset`, if given, is enqueued before each pass's eviction, outside every range (Instance::restore_inputs).
   CounterReading collect(const std::function<void(cudaStream_t)>& launch, const std::function<void()>& evict_l2,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const std::function<void(cudaStream_t)>& reset = {});
 
   const std::string& chip() const;
   size_t passes() const;  // replays of the launch that the metrics need

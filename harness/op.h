@@ -112,6 +112,14 @@ class Instance {
   virtual ~Instance() = default;
   // Enqueues the work on `stream`; never synchronizes.
   virtual void launch(cudaStream_t stream) = 0;
+  // Untimed, before every launch the runner checks, times or counts: restores what launch overwrites
+  // in place (an in-place kernel's inputs), so that each launch sees the case's inputs. The timer
+  // enqueues it ahead of the L2 flush and the start event (harness/timing.h). Most instances need none.
+  virtual void restore_inputs(cudaStream_t /*stream*/) {}
+  // The host work launch() does that belongs to its cost (a plan rebuilt on every launch), or "".
+  // The runner times such a launch only where the timing holds host time: CUDA events with the launch
+  // included (measure hide_launch: false), no CUDA graph.
+  virtual std::string host_work_in_launch() const { return ""; }
   // Device memory it needs beyond the problem's own tensors.
   virtual size_t workspace_bytes() const { return 0; }
   // Untimed, after the checked launch: leaves the result in the problem's outputs where launch

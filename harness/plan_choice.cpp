@@ -7,6 +7,16 @@
 
 namespace topt {
 
+PlanChoice combine_choices(const std::vector<std::pair<std::string, PlanChoice>>& parts) {
+  PlanChoice all;
+  for (const auto& [what, choice] : parts) {
+    if (choice.tried == 0) continue;
+    all.name += (all.name.empty() ? "" : "; ") + what + ": " + choice.name;
+    all.tried += choice.tried;
+  }
+  return all;
+}
+
 double time_hot_us(const std::function<void(cudaStream_t)>& run, cudaStream_t stream, int reps) {
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_CHECK(cudaEventCreate(&start));

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace topt {
 
@@ -15,6 +17,10 @@ struct PlanChoice {
   std::string name;  // the library's name for the winner
   int tried = 0;     // plans that ran and were timed; 0: no choice made
 };
+
+// The choices of an instance that makes several library calls, each named by what it computes:
+// "q·kᵀ: <choice>; p·v: <choice>", the plans tried summed; no choice if none was made.
+PlanChoice combine_choices(const std::vector<std::pair<std::string, PlanChoice>>& parts);
 
 // The median of `reps` hot launches timed with CUDA events on `stream`, after one warm-up launch
 // (synchronizes): cheap enough to pick a library's plan while an implementation is prepared. Hot,

@@ -85,8 +85,21 @@ std::unique_ptr<Instance> prepare_instance(const Impl& impl, const Problem& prob
   return inst;
 }
 
+std::string timing_misses_host_work(const Instance& inst, const MeasureSettings& m) {
+  const std::string work = inst.host_work_in_launch();
+  if (work.empty()) return "";
+  std::string missed;
+  if (m.hide_launch) missed = "a launch hidden behind the timer's blocking kernel (measure hide_launch: true)";
+  else if (m.cuda_graph) missed = "a CUDA graph replay (measure cuda_graph: true)";
+  else if (m.timer == TimerKind::cupti_activity) missed = "kernel records (measure timer: cupti_activity)";
+  if (missed.empty()) return "";
+  return work + " runs on the host in every launch, and " + missed +
+         " leaves it out: time it with CUDA events, hide_launch: false and no cuda_graph";
+}
+
 CheckResult launch_and_check(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream) {
   poison_outputs(problem, stream);
+  inst.restore_inputs(stream);
   inst.launch(stream);
   CUDA_CHECK_LAUNCH();
   return check_last_launch(inst, problem, ref, stream);

@@ -50,7 +50,11 @@ void poison_outputs(const Problem& problem, cudaStream_t stream);
 // The implementation's instance for the problem, its set-up finished on every stream.
 std::unique_ptr<Instance> prepare_instance(const Impl& impl, const Problem& problem, const Case& c,
                                            cudaStream_t stream);
-// Outputs poisoned, one launch, then the check against the reference.
+// Why settings `m` cannot time `inst` honestly, or "": its launch does host work that belongs to its
+// cost (Instance::host_work_in_launch), which a hidden launch, a CUDA graph or kernel records leave out.
+std::string timing_misses_host_work(const Instance& inst, const MeasureSettings& m);
+
+// Outputs poisoned, the instance's reset, one launch, then the check against the reference.
 CheckResult launch_and_check(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream);
 // After timing: the last timed launch's outputs (poisoned before the timing) against the reference.
 CheckResult check_last_launch(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream);

@@ -110,7 +110,8 @@ class SweepRunner {
   void collect_counters(Instance& inst, ResultRow& r) {
     try {
       CounterReading reading = counters_->collect([&](cudaStream_t s) { inst.launch(s); },
-                                                  [&] { timer_->evict_l2(); }, stream_);
+                                                  [&] { timer_->evict_l2(); }, stream_,
+                                                  [&](cudaStream_t s) { inst.restore_inputs(s); });
       r.metrics.update(counter_metrics(reading, r.flops, r.bytes));
     } catch (const CuptiError& e) {
       stop_counters(e);
@@ -122,8 +123,12 @@ class SweepRunner {
   // `nsys profile --capture-range=cudaProfilerApi` capture.
   void profile_launch(const PlannedCase& pc, const std::string& impl, Instance& inst) {
     constexpr int kWarmupLaunches = 3;
-    for (int i = 0; i < kWarmupLaunches; ++i) inst.launch(stream_);
+    for (int i = 0; i < kWarmupLaunches; ++i) {
+      inst.restore_inputs(stream_);
+      inst.launch(stream_);
+    }
     CUDA_CHECK_LAUNCH();
+    inst.restore_inputs(stream_);
     timer_->prepare_l2(pc.sweep->measure.cache);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaProfilerStart());
@@ -217,7 +222,7 @@ class SweepRunner {
             NvtxCaseRange range(pc.c, pi->impl->name);
             poison_outputs(*problem, stream_);
             c.reps = run_benchmark(pc.c.name(pi->impl->name), m.repetitions,
-                                   [&] { return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m); });
+                                   [&] { return measure(*c.inst, m); });
             if (check_timed_output(*problem, ref, c)) finish_timing(c);
           });
       }
@@ -236,9 +241,7 @@ class SweepRunner {
           NvtxCaseRange range(pc.c, c.pi->impl->name);
           poison_outputs(*problem, stream_);
           c.reps.push_back(
-              run_benchmark(pc.c.name(c.pi->impl->name), 1, [&] {
-                return timer_->measure([&](cudaStream_t s) { c.inst->launch(s); }, m);
-              }).front());
+              run_benchmark(pc.c.name(c.pi->impl->name), 1, [&] { return measure(*c.inst, m); }).front());
           check_timed_output(*problem, ref, c);
         });
         if (c.row.status != Status::ok) c.inst.reset();
@@ -261,6 +264,12 @@ class SweepRunner {
       finish(std::move(c.row));
     }
     return lost;
+  }
+
+  // The instance's launches timed, its restore_inputs before each one and outside the measurement.
+  Measurement measure(Instance& inst, const MeasureSettings& m) {
+    return timer_->measure([&](cudaStream_t s) { inst.launch(s); }, m,
+                           [&](cudaStream_t s) { inst.restore_inputs(s); });
   }
 
   // A read bound's median: that of its fastest way, which is named.
@@ -318,6 +327,8 @@ class SweepRunner {
     if (!opt_.profile) range.emplace(pc.c, c.pi->impl->name);
     const bool lost = guarded(c.row, [&] {
       std::unique_ptr<Instance> inst = prepare_instance(*c.pi->impl, problem, pc.c, stream_);
+      if (std::string why = timing_misses_host_work(*inst, pc.sweep->measure); !why.empty() && !opt_.profile)
+        throw Unsupported(why);
       CheckResult check = launch_and_check(*inst, problem, ref, stream_);
       record_check(check, c.row);
       if (!check.passes()) {

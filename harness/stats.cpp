@@ -1,6 +1,7 @@
 #include "harness/stats.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -14,6 +15,16 @@ double median_of(std::vector<double> v) {
   if (v.size() % 2) return hi;
   double lo = *std::max_element(v.begin(), v.begin() + mid);
   return 0.5 * (lo + hi);
+}
+
+double host_median_us(const std::function<void()>& run, int repetitions) {
+  std::vector<double> us;
+  for (int i = 0; i < repetitions; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median_of(std::move(us));
 }
 
 std::optional<std::pair<double, double>> median_interval_95(std::vector<double> values) {

@@ -1,5 +1,6 @@
 // Summary statistics of timing samples.
 #pragma once
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,6 +15,10 @@ struct SampleStats {
 
 SampleStats summarize(std::vector<double> samples);
 double median_of(std::vector<double> v);
+
+// The median host time of `repetitions` calls of `run`, in microseconds (steady clock): a host-side
+// cost such as a plan and its upload, where `run` waits for the device work it enqueues.
+double host_median_us(const std::function<void()>& run, int repetitions);
 
 // A distribution-free interval for the median of `values` (order statistics, binomial tails) that
 // covers it with probability >= 95%; none for fewer than 6 values, where no such pair exists.

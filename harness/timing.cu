@@ -137,7 +137,8 @@ cudaGraphExec_t capture_graph(const std::function<void(cudaStream_t)>& launch, i
   return exec;
 }
 
-Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m) {
+Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m,
+                           const std::function<void(cudaStream_t)>& reset) {
   Measurement out;
   auto kernels = m.timer == TimerKind::cupti_activity ? std::make_unique<KernelDurations>() : nullptr;
   out.timer = std::string(kernels ? "cupti_activity" : "cuda_event") + (m.cuda_graph ? "+graph" : "") +
@@ -149,16 +150,23 @@ Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
     else launch(stream_);
   };
 
+  // Every sample: the reset, then sample_once's L2 preparation and events around the launch alone.
+  auto sample = [&] {
+    if (reset) reset(stream_);
+    return sample_once(run, m, kernels.get());
+  };
+
   try {
     // One launch with nothing ahead of it: CUDA loads modules lazily on first launch, which waits for
     // the device and would deadlock behind the blocking kernel until its timeout.
+    if (reset) reset(stream_);
     run();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     // Warm-up: until the median of the last three runs is within 2% of the three before, or the cap.
     auto t_warm = Clock::now();
     std::vector<double> warm;
     while (true) {
-      warm.push_back(sample_once(run, m, kernels.get()));
+      warm.push_back(sample());
       size_t n = warm.size();
       if (int(n) >= std::max(m.warmup_min_runs, 6)) {
         double last = median_of({warm.end() - 3, warm.end()});
@@ -175,7 +183,7 @@ Measurement Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
     std::vector<double> clocks;
     double mean = 0, m2 = 0, gpu_time_s = 0;
     while (true) {
-      double us = sample_once(run, m, kernels.get());
+      double us = sample();
       out.samples_us.push_back(us);
       gpu_time_s += us * 1e-6;
       size_t n = out.samples_us.size();

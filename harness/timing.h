@@ -45,7 +45,12 @@ class Timer {
   Timer& operator=(const Timer&) = delete;
 
   // `launch` enqueues one run of the implementation on the stream it is given, and never syncs.
-  Measurement measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m);
+  // `reset`, if given, is enqueued before every launch, ahead of the L2 flush and the start event: it
+  // is never timed. Each sample is one launch between its own pair of events (one graph replay of one
+  // launch with cuda_graph, or the kernel records of one launch with cupti_activity), so no reset
+  // falls between a start and a stop.
+  Measurement measure(const std::function<void(cudaStream_t)>& launch, const MeasureSettings& m,
+                      const std::function<void(cudaStream_t)>& reset = {});
 
   // Before a timed launch, nvbench's way: overwrites a buffer twice the L2's size, so none of the
   // launch's data is cached. The L2 is left full of dirty lines that the launch pays to write back;

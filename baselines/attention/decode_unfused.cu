@@ -4,6 +4,7 @@
 #include "baselines/attention/decode_unfused.h"
 
 #include <cfloat>
+#include <functional>
 
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
@@ -55,8 +56,8 @@ cudaDataType_t cuda_type(DType t) { return t == DType::bf16 ? CUDA_R_16BF : CUDA
 }  // namespace
 
 GatherCublasDecode::GatherCublasDecode(const kernels::PagedKv& kv, const kernels::DecodeShape& shape, float scale,
-                                       cudaStream_t stream)
-    : kv_(kv), shape_(shape), scale_(scale), rows_(shape.heads / kv.kv_heads * shape.q_len) {
+                                       const void* q, void* o, cudaStream_t stream)
+    : kv_(kv), shape_(shape), scale_(scale), rows_(shape.heads / kv.kv_heads * shape.q_len), q_(q), o_(o) {
   if (kv.dtype != DType::bf16 && kv.dtype != DType::f16) throw Unsupported("gather + cuBLAS: bf16 or fp16 only");
   const size_t rows_kv = size_t(kv.batch) * kv.kv_heads * shape.max_len;
   const size_t cache_bytes = rows_kv * kv.head_dim * dtype_size(kv.dtype);
@@ -69,38 +70,60 @@ GatherCublasDecode::GatherCublasDecode(const kernels::PagedKv& kv, const kernels
   // does not wait for, and then raced the first gather (seen on the H100: all-zero outputs).
   CUDA_CHECK(cudaMemsetAsync(k_.get(), 0, cache_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, cache_bytes, stream));
-  CUBLAS_CHECK(cublasCreate(&handle_));
-}
 
-GatherCublasDecode::~GatherCublasDecode() {
-  if (handle_) cublasDestroy(handle_);
+  const int d = kv.head_dim, n = shape.max_len;
+  const cudaDataType_t t = cuda_type(kv.dtype);
+  // Per (sequence, KV head), column-major: scoresᵀ (n × rows) = Kᵀᵀ · qᵀ, i.e. scores = q kᵀ.
+  LtMatmulSpec scores;
+  scores.m = n;
+  scores.n = rows_;
+  scores.k = d;
+  scores.trans_a = true;
+  scores.a_type = scores.b_type = t;
+  scores.d_type = CUDA_R_32F;
+  scores.stride_a = int64_t(n) * d;
+  scores.stride_b = int64_t(rows_) * d;
+  scores.stride_d = int64_t(rows_) * n;
+  // oᵀ (d × rows) = Vᵀ (d × n) · pᵀ (n × rows), i.e. o = p v.
+  LtMatmulSpec output;
+  output.m = d;
+  output.n = rows_;
+  output.k = n;
+  output.a_type = output.b_type = output.d_type = t;
+  output.stride_a = int64_t(n) * d;
+  output.stride_b = int64_t(rows_) * n;
+  output.stride_d = int64_t(rows_) * d;
+  scores.batch_count = output.batch_count = kv.batch * kv.kv_heads;
+  workspace_ = DeviceBuffer(scores.workspace_bytes, "cuBLASLt workspace");
+  scores_gemm_.emplace(scores);
+  output_gemm_.emplace(output);
+  // One launch with each GEMM's first candidate, so that the candidates are timed on the gathered
+  // cache and real probabilities (tensor cores run measurably faster on zeros).
+  launch(stream);
+  auto time_us = [&](const std::function<void(cudaStream_t)>& run) { return time_hot_us(run, stream); };
+  scores_gemm_->choose_fastest(time_us, k_.get(), q, scores_.get(), workspace_.get());
+  output_gemm_->choose_fastest(time_us, v_.get(), probs_.get(), o, workspace_.get());
 }
 
 size_t GatherCublasDecode::workspace_bytes() const {
-  return k_.bytes() + v_.bytes() + scores_.bytes() + probs_.bytes();
+  return k_.bytes() + v_.bytes() + scores_.bytes() + probs_.bytes() + workspace_.bytes();
 }
 
-void GatherCublasDecode::launch(const void* q, void* o, cudaStream_t stream) {
+PlanChoice GatherCublasDecode::plan_choice() const {
+  return combine_choices({{"q·kᵀ", scores_gemm_->plan_choice()}, {"p·v", output_gemm_->plan_choice()}});
+}
+
+void GatherCublasDecode::launch(cudaStream_t stream) {
   kernels::gather_kv(kv_, k_.get(), v_.get(), shape_.max_len, stream);
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  const int d = kv_.head_dim, n = shape_.max_len, groups = kv_.batch * kv_.kv_heads;
-  const cudaDataType_t t = cuda_type(kv_.dtype);
-  const float one = 1.f, zero = 0.f;
-  // Per (sequence, KV head), column-major: scoresᵀ (n × rows) = Kᵀᵀ · qᵀ, i.e. scores = q kᵀ.
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows_, d, &one, k_.get(), t, d,
-                                          int64_t(n) * d, q, t, d, int64_t(rows_) * d, &zero, scores_.get(),
-                                          CUDA_R_32F, n, int64_t(rows_) * n, groups, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT));
+  const int groups = kv_.batch * kv_.kv_heads, n = shape_.max_len;
+  scores_gemm_->run_chosen(k_.get(), q_, scores_.get(), workspace_.get(), stream);
   dispatch_half_dtype(kv_.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     masked_softmax_kernel<T><<<unsigned(int64_t(groups) * rows_), kSoftmaxThreads, 0, stream>>>(
         scores_.as<float>(), probs_.as<T>(), kv_.seq_lens, kv_.kv_heads, rows_, shape_.q_len, n, scale_);
   });
   CUDA_CHECK_LAUNCH();
-  // oᵀ (d × rows) = Vᵀ (d × n) · pᵀ (n × rows), i.e. o = p v.
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, d, rows_, n, &one, v_.get(), t, d,
-                                          int64_t(n) * d, probs_.get(), t, n, int64_t(rows_) * n, &zero, o, t, d,
-                                          int64_t(rows_) * d, groups, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  output_gemm_->run_chosen(v_.get(), probs_.get(), o_, workspace_.get(), stream);
 }
 
 }  // namespace topt::baselines

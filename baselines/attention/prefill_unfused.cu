@@ -9,7 +9,9 @@
 #include <cuda/functional>
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
+#include <string>
 
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
@@ -20,6 +22,7 @@ namespace {
 
 constexpr int kSoftmaxThreads = 256;
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
+// q, k, scores (the first GEMM's B, A, D), v, probs, o (the second's A, B, D): batch · heads each.
 constexpr int kPointerArrays = 6;
 
 using Reduce = cub::BlockReduce<float, kSoftmaxThreads>;
@@ -66,10 +69,7 @@ UnfusedPrefill::UnfusedPrefill(const kernels::PrefillArgs& args, const std::vect
     : args_(args) {
   if (args.dtype != DType::bf16 && args.dtype != DType::f16) throw Unsupported("unfused prefill: bf16 or fp16 only");
   if (int(lens.size()) != args.batch) throw std::invalid_argument("unfused prefill: one length pair per sequence");
-  // The handle and its workspace first: cuBLAS then allocates nothing of its own once the scores
-  // have taken what memory there is.
-  CUBLAS_CHECK(cublasCreate(&handle_));
-  cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes, "cuBLAS workspace");
+  cublas_workspace_ = DeviceBuffer(kCublasWorkspaceBytes, "cuBLASLt workspace");
 
   const int heads = args.heads, group = args.heads / args.kv_heads, d = args.head_dim;
   const size_t entries = size_t(args.batch) * heads, esize = dtype_size(args.dtype);
@@ -86,7 +86,7 @@ UnfusedPrefill::UnfusedPrefill(const kernels::PrefillArgs& args, const std::vect
   for (int b = 0; b < args.batch; ++b) {
     const auto [len_q, len_k] = lens[size_t(b)];
     if (runs_.empty() || runs_.back().len_q != len_q || runs_.back().len_k != len_k)
-      runs_.push_back({b, 0, len_q, len_k, q_row, int64_t(b) * heads, scores});
+      runs_.push_back({b, 0, len_q, len_k, q_row, int64_t(b) * heads, scores, nullptr, nullptr});
     ++runs_.back().count;
     for (int h = 0; h < heads; ++h) {
       const size_t e = size_t(b) * heads + size_t(h);
@@ -109,10 +109,64 @@ UnfusedPrefill::UnfusedPrefill(const kernels::PrefillArgs& args, const std::vect
   pointers_ = DeviceBuffer(ptrs.size() * sizeof(void*), "GEMM pointer arrays");
   CUDA_CHECK(cudaMemcpyAsync(pointers_.get(), ptrs.data(), pointers_.bytes(), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));  // `ptrs` is copied before it goes
+
+  const cudaDataType_t t = cuda_type(args.dtype);
+  for (Run& r : runs_) {
+    // Column-major per (sequence, head): scoresᵀ (len_k × len_q) = Kᵀᵀ · qᵀ, i.e. scores = q kᵀ, rows
+    // of q and k strided by their token pitch (heads · d, kv_heads · d).
+    LtMatmulSpec scores;
+    scores.m = r.len_k;
+    scores.n = r.len_q;
+    scores.k = d;
+    scores.trans_a = true;
+    scores.lda = int64_t(args.kv_heads) * d;
+    scores.ldb = int64_t(heads) * d;
+    scores.ldd = r.len_k;
+    scores.a_type = scores.b_type = t;
+    scores.d_type = CUDA_R_32F;
+    // oᵀ (d × len_q) = Vᵀ (d × len_k) · pᵀ (len_k × len_q), i.e. o = p v.
+    LtMatmulSpec output;
+    output.m = d;
+    output.n = r.len_q;
+    output.k = r.len_k;
+    output.lda = int64_t(args.kv_heads) * d;
+    output.ldb = r.len_k;
+    output.ldd = int64_t(heads) * d;
+    output.a_type = output.b_type = output.d_type = t;
+    for (LtMatmulSpec* spec : {&scores, &output}) {
+      spec->batch_count = r.count * heads;
+      spec->pointer_array = true;
+      spec->workspace_bytes = cublas_workspace_.bytes();
+    }
+    r.scores_gemm = std::make_unique<LtMatmul>(scores);
+    r.output_gemm = std::make_unique<LtMatmul>(output);
+  }
+  // One launch with each GEMM's first candidate, so that p·v's candidates are timed on real
+  // probabilities (tensor cores run measurably faster on zeros).
+  launch(stream);
+  for (Run& r : runs_) {
+    auto time_us = [&](const std::function<void(cudaStream_t)>& run) { return time_hot_us(run, stream); };
+    r.scores_gemm->choose_fastest(time_us, gemm_array(r, 1), gemm_array(r, 0), gemm_array(r, 2),
+                                  cublas_workspace_.get());
+    r.output_gemm->choose_fastest(time_us, gemm_array(r, 3), gemm_array(r, 4), gemm_array(r, 5),
+                                  cublas_workspace_.get());
+  }
 }
 
-UnfusedPrefill::~UnfusedPrefill() {
-  if (handle_) cublasDestroy(handle_);
+void** UnfusedPrefill::gemm_array(const Run& r, int which) const {
+  const size_t entries = size_t(args_.batch) * args_.heads;
+  return pointers_.as<void*>() + size_t(which) * entries + size_t(r.entry);
+}
+
+PlanChoice UnfusedPrefill::plan_choice() const {
+  std::vector<std::pair<std::string, PlanChoice>> parts;
+  for (const Run& r : runs_) {
+    const std::string lengths =
+        runs_.size() > 1 ? " (" + std::to_string(r.len_q) + "×" + std::to_string(r.len_k) + ")" : "";
+    parts.push_back({"q·kᵀ" + lengths, r.scores_gemm->plan_choice()});
+    parts.push_back({"p·v" + lengths, r.output_gemm->plan_choice()});
+  }
+  return combine_choices(parts);
 }
 
 size_t UnfusedPrefill::workspace_bytes() const {
@@ -120,22 +174,11 @@ size_t UnfusedPrefill::workspace_bytes() const {
 }
 
 void UnfusedPrefill::launch(cudaStream_t stream) {
-  // Setting the stream drops a user workspace: set it again after.
-  CUBLAS_CHECK(cublasSetStream(handle_, stream));
-  CUBLAS_CHECK(cublasSetWorkspace(handle_, cublas_workspace_.get(), cublas_workspace_.bytes()));
-  const int heads = args_.heads, d = args_.head_dim;
-  const size_t entries = size_t(args_.batch) * heads;
-  void* const* arrays = pointers_.as<void*>();
-  const cudaDataType_t t = cuda_type(args_.dtype);
-  const float one = 1.f, zero = 0.f;
+  const int heads = args_.heads;
+  void* ws = cublas_workspace_.get();
   for (const Run& r : runs_) {
     const int count = r.count * heads;
-    auto array = [&](int which) { return arrays + size_t(which) * entries + size_t(r.entry); };
-    // Column-major per (sequence, head): scoresᵀ (len_k × len_q) = Kᵀᵀ · qᵀ, i.e. scores = q kᵀ,
-    // rows of q and k strided by their token pitch (heads · d, kv_heads · d).
-    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, r.len_k, r.len_q, d, &one, array(1), t,
-                                     args_.kv_heads * d, array(0), t, heads * d, &zero, array(2), CUDA_R_32F,
-                                     r.len_k, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    r.scores_gemm->run_chosen(gemm_array(r, 1), gemm_array(r, 0), gemm_array(r, 2), ws, stream);
     dispatch_half_dtype(args_.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       scaled_masked_softmax_kernel<T><<<unsigned(int64_t(count) * r.len_q), kSoftmaxThreads, 0, stream>>>(
@@ -143,10 +186,7 @@ void UnfusedPrefill::launch(cudaStream_t stream) {
           r.q_row, args_.total_q, args_.scale, args_.causal);
     });
     CUDA_CHECK_LAUNCH();
-    // oᵀ (d × len_q) = Vᵀ (d × len_k) · pᵀ (len_k × len_q), i.e. o = p v.
-    CUBLAS_CHECK(cublasGemmBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, d, r.len_q, r.len_k, &one, array(3), t,
-                                     args_.kv_heads * d, array(4), t, r.len_k, &zero, array(5), t, heads * d, count,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    r.output_gemm->run_chosen(gemm_array(r, 3), gemm_array(r, 4), gemm_array(r, 5), ws, stream);
   }
 }
 

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "baselines/attention/decode_unfused.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
+#include "harness/stats.h"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/kv_cache.h"
 #include "suites/attention/attention_suites.h"
@@ -29,6 +32,9 @@ constexpr int kRefHeads = 8;  // query heads one reference block takes, reading 
 struct DecodeCase {
   int batch, context, q_len, heads, kv_heads, head_dim, page_size;
   bool ragged, sequential_pages;
+  // host_plan=per_launch: implementations that plan on the host (ours, FlashInfer's) plan again and
+  // upload the plan in every launch, as a server does every step, and that cost is timed with it.
+  bool plan_per_launch;
   DType dtype;
 
   explicit DecodeCase(const Case& c)
@@ -41,6 +47,7 @@ struct DecodeCase {
         page_size(int(c.params.i("page_size"))),
         ragged(c.params.s("lengths") == "ragged"),
         sequential_pages(c.params.s("page_order") == "sequential"),
+        plan_per_launch(c.params.s("host_plan") == "per_launch"),
         dtype(c.dtype) {}
 
   double scale() const { return 1.0 / std::sqrt(double(head_dim)); }
@@ -301,25 +308,48 @@ class DecodeProblem : public Problem {
 
 const DecodeProblem& as_decode(const Problem& p) { return static_cast<const DecodeProblem&>(p); }
 
+// Host planning repeated this many times at prepare for the metric plan_us (the median).
+constexpr int kPlanRepetitions = 5;
+constexpr const char* kPlanPerLaunch = "the decode plan (host schedule and its upload)";
+
 class OursDecode : public Instance {
  public:
   OursDecode(const DecodeProblem& p, kernels::DecodeVariant variant, cudaStream_t stream)
-      : p_(p), kv_(p.paged_kv()), shape_(p.decode_shape()), plan_(kernels::plan_decode(kv_, shape_, variant)),
-        workspace_(plan_.workspace_bytes, "decode workspace") {
-    kernels::prepare_decode_workspace(plan_, workspace_.get(), stream);
+      : p_(p), variant_(variant), kv_(p.paged_kv()), shape_(p.decode_shape()),
+        plan_(kernels::plan_decode(kv_, shape_, variant)), workspace_(plan_.workspace_bytes, "decode workspace") {
+    // The workspace is allocated once, as a server keeps one: the plan and its upload are the cost.
+    plan_us_ = host_median_us(
+        [&] {
+          plan_and_upload(stream);
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+        },
+        kPlanRepetitions);
   }
   void launch(cudaStream_t s) override {
+    if (p_.shape.plan_per_launch) plan_and_upload(s);
     kernels::attention_decode(p_.q->data, p_.o->data, kv_, shape_, float(p_.shape.scale()), plan_, workspace_.get(),
                               s);
   }
+  std::string host_work_in_launch() const override { return p_.shape.plan_per_launch ? kPlanPerLaunch : ""; }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
+  std::vector<std::pair<std::string, double>> metrics() const override { return {{"plan_us", plan_us_}}; }
 
  private:
+  // The host schedule, then the workspace's work list and combine counters enqueued on `stream`.
+  void plan_and_upload(cudaStream_t stream) {
+    plan_ = kernels::plan_decode(kv_, shape_, variant_);
+    if (plan_.workspace_bytes > workspace_.bytes())
+      throw std::logic_error("decode plan: a plan of the same batch asked for a larger workspace");
+    kernels::prepare_decode_workspace(plan_, workspace_.get(), stream);
+  }
+
   const DecodeProblem& p_;
+  kernels::DecodeVariant variant_;
   kernels::PagedKv kv_;
   kernels::DecodeShape shape_;  // built once: it holds every sequence's length, and launch() is timed
   kernels::DecodePlan plan_;
   DeviceBuffer workspace_;
+  double plan_us_ = 0;
 };
 
 // cuDNN SDPA, on a contiguous copy of the cache (made once here, not timed) or on the pages.
@@ -379,12 +409,12 @@ class CudnnDecode : public Instance {
 class GatherCublasInstance : public Instance {
  public:
   GatherCublasInstance(const DecodeProblem& p, cudaStream_t stream)
-      : p_(p), impl_(p.paged_kv(), p.decode_shape(), float(p.shape.scale()), stream) {}
-  void launch(cudaStream_t s) override { impl_.launch(p_.q->data, p_.o->data, s); }
+      : impl_(p.paged_kv(), p.decode_shape(), float(p.shape.scale()), p.q->data, p.o->data, stream) {}
+  void launch(cudaStream_t s) override { impl_.launch(s); }
   size_t workspace_bytes() const override { return impl_.workspace_bytes(); }
+  PlanChoice plan_choice() const override { return impl_.plan_choice(); }
 
  private:
-  const DecodeProblem& p_;
   baselines::GatherCublasDecode impl_;
 };
 
@@ -410,6 +440,7 @@ class FlashInferDecode : public Instance {
   }
   void launch(cudaStream_t s) override {
     const bool packed = p_.shape.q_len > 1;
+    if (p_.shape.plan_per_launch) plan_.replan(s);
     plan_.run_paged(packed ? q_packed_.get() : p_.q->data, p_.k_pages->data, p_.v_pages->data,
                     packed ? o_packed_.get() : p_.o->data, nullptr, s);
   }
@@ -423,6 +454,7 @@ class FlashInferDecode : public Instance {
   }
   size_t workspace_bytes() const override { return plan_.workspace_bytes() + q_packed_.bytes() + o_packed_.bytes(); }
   std::vector<std::pair<std::string, double>> metrics() const override { return {{"plan_us", plan_.plan_us()}}; }
+  std::string host_work_in_launch() const override { return p_.shape.plan_per_launch ? kPlanPerLaunch : ""; }
 
  private:
   static baselines::flashinfer::BatchAttentionShape shape(const DecodeProblem& p,
@@ -461,7 +493,7 @@ Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend b
                      std::string (*unsupported)(const DecodeCase&)) {
   return {name, Role::peer,
           "FlashInfer " + std::string(baselines::flashinfer::version()) + " " + what +
-              ", host plan apart (metric plan_us)",
+              ", its host plan in metric plan_us (host_plan=per_launch: in every launch)",
           [unsupported](const Case& c) { return unsupported(DecodeCase(c)); },
           [backend](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
             return std::make_unique<FlashInferDecode>(as_decode(p), backend, s);
@@ -495,7 +527,10 @@ void register_attention_decode(Registry& registry) {
       {"head_dim", Axis::Kind::integer, Value(int64_t(128)), "dims per head"},
       {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page: 16, 32, 64, 128 or 256"},
       {"page_order", Axis::Kind::string, Value(std::string("shuffled")),
-       "shuffled: tables scattered over the pool (after churn); sequential: each sequence's pages in a row"}};
+       "shuffled: tables scattered over the pool (after churn); sequential: each sequence's pages in a row"},
+      {"host_plan", Axis::Kind::string, Value(std::string("apart")),
+       "apart: host plans made once at prepare (their cost in metric plan_us); per_launch: ours and FlashInfer's plan "
+       "and upload again in every timed launch (needs measure hide_launch: false)"}};
   op.dtypes = {DType::bf16, DType::f16};
   op.baseline = "cudnn";
   op.invalid = [](const Case& c) -> std::string {
@@ -504,6 +539,9 @@ void register_attention_decode(Registry& registry) {
     const std::string& order = c.params.s("page_order");
     if (order != "shuffled" && order != "sequential")
       return "page_order=" + order + ": expected shuffled or sequential";
+    const std::string& host_plan = c.params.s("host_plan");
+    if (host_plan != "apart" && host_plan != "per_launch")
+      return "host_plan=" + host_plan + ": expected apart or per_launch";
     const DecodeCase s(c);
     if (s.batch < 1 || s.heads < 1 || s.kv_heads < 1 || s.head_dim < 1) return "batch and head counts must be >= 1";
     if (s.heads % s.kv_heads) return "heads must be a multiple of kv_heads";
@@ -538,12 +576,13 @@ void register_attention_decode(Registry& registry) {
                       },
                       "pages", true});
   op.impls.push_back({"gather_cublas", Role::baseline,
-                      "gather pages to a contiguous cache, cuBLAS batched q·kᵀ, masked softmax, cuBLAS p·v",
+                      "gather pages to a contiguous cache, cuBLASLt batched q·kᵀ, masked softmax, cuBLASLt p·v "
+                      "(each GEMM the fastest of the heuristic's candidates)",
                       nullptr,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
                       },
-                      "pages"});
+                      "pages", true});
   op.impls.push_back(flashinfer_impl(
       "flashinfer", baselines::flashinfer::AttentionBackend::fa2,
       "tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, mma.sync)",

@@ -417,6 +417,7 @@ class UnfusedPrefillInstance : public Instance {
   UnfusedPrefillInstance(const PrefillProblem& p, cudaStream_t stream) : impl_(p.args, p.lens, stream) {}
   void launch(cudaStream_t s) override { impl_.launch(s); }
   size_t workspace_bytes() const override { return impl_.workspace_bytes(); }
+  PlanChoice plan_choice() const override { return impl_.plan_choice(); }
 
  private:
   baselines::UnfusedPrefill impl_;
@@ -518,11 +519,13 @@ void register_attention_prefill(Registry& registry) {
                       },
                       "", true});
   op.impls.push_back({"unfused", Role::baseline,
-                      "cuBLAS batched q·kᵀ into fp32 scores, masked softmax writing the LSE, cuBLAS p·v: "
-                      "O(seq²) workspace",
-                      nullptr, [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                      "cuBLASLt batched q·kᵀ into fp32 scores, masked softmax writing the LSE, cuBLASLt p·v (each "
+                      "GEMM the fastest of the heuristic's candidates): O(seq²) workspace",
+                      nullptr,
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<UnfusedPrefillInstance>(as_prefill(p), s);
-                      }});
+                      },
+                      "", true});
   op.impls.push_back(flashinfer_impl("flashinfer_sm80", baselines::flashinfer::AttentionBackend::fa2,
                                      "FA2-style ragged batch prefill (mma.sync, cp.async)"));
   op.impls.push_back(flashinfer_impl("flashinfer_sm90", baselines::flashinfer::AttentionBackend::sm90,

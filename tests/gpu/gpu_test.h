@@ -87,6 +87,7 @@ class GpuTest : public ::testing::Test {
     Reference ref = compute_reference(*problem, cpu_max_elements, stream);
     auto inst = impl->prepare(*problem, c, stream);
     for (auto& out : problem->outputs()) poison_nan(out, stream);
+    inst->restore_inputs(stream);
     inst->launch(stream);
     CUDA_CHECK_LAUNCH();
     inst->copy_out(stream);

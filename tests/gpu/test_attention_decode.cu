@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -30,6 +31,21 @@ Case decode_case(const DecodeParam& s, DType dt) {
   p.set("kv_heads", s.kv_heads);
   p.set("page_size", s.page_size);
   return make_case("attention_decode", p, dt);
+}
+
+// Three launches of `inst`, each on poisoned outputs and checked against the reference: state an
+// instance keeps between launches (split counters, a plan made again, a packed output) must leave
+// every one right.
+void expect_right_on_every_launch(Instance& inst, const Problem& problem, const Reference& ref, cudaStream_t stream,
+                                  const std::string& what) {
+  for (int launch = 0; launch < 3; ++launch) {
+    for (auto& out : problem.outputs()) poison_nan(out, stream);
+    inst.launch(stream);
+    inst.copy_out(stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CheckResult r = check_outputs(problem, ref, stream);
+    EXPECT_TRUE(r.passes()) << what << " launch " << launch << ": " << r.describe();
+  }
 }
 
 class DecodeGpu : public GpuTest, public ::testing::WithParamInterface<std::tuple<DecodeParam, DType>> {};
@@ -120,14 +136,7 @@ TEST_F(GpuTest, FlashInferDecodeIsRightOnEveryLaunch) {
     ASSERT_EQ(metrics.size(), 1u);
     EXPECT_EQ(metrics[0].first, "plan_us");
     EXPECT_GT(metrics[0].second, 0.0);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      inst->copy_out(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << impl << " q_len " << q_len << " launch " << launch << ": " << r.describe();
-    }
+    expect_right_on_every_launch(*inst, *problem, ref, stream, std::string(impl) + " q_len " + std::to_string(q_len));
   }
 }
 
@@ -170,14 +179,46 @@ TEST_F(GpuTest, DecodeSplitCombineIsRightOnEveryLaunch) {
   for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage", "ours_v3"}) {
     auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
     EXPECT_GT(inst->workspace_bytes(), 0u) << "expected a split-KV plan";
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : problem->outputs()) poison_nan(out, stream);
-      inst->launch(stream);
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CheckResult r = check_outputs(*problem, ref, stream);
-      EXPECT_TRUE(r.passes()) << impl << " launch " << launch << ": " << r.describe();
-    }
+    expect_right_on_every_launch(*inst, *problem, ref, stream, impl);
   }
+}
+
+// host_plan=per_launch: ours and FlashInfer's plan and upload again inside every launch, which must
+// be right every time (the upload rewrites the work list and zeroes the combine counters under the
+// next launch); both carry plan_us, and say that their launch does host work.
+TEST_F(GpuTest, DecodePlanPerLaunchIsRightOnEveryLaunch) {
+  if (small_shapes_only()) GTEST_SKIP() << "repeated launches of a large case: memcheck's, not racecheck's";
+  Case c = decode_case({5, 6000, "ragged", 1, 64, 8, 16}, DType::bf16);
+  c.params.set("host_plan", std::string("per_launch"));
+  const OpDef* op = builtin_registry().find(c.op);
+  auto problem = op->make_problem(c, 5, stream);
+  Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+  for (const char* impl : {"ours_v2", "ours_v3", "flashinfer", "flashinfer_simt"}) {
+    auto inst = op->find_impl(impl)->prepare(*problem, c, stream);
+    EXPECT_NE(inst->host_work_in_launch(), "") << impl;
+    const auto metrics = inst->metrics();
+    ASSERT_FALSE(metrics.empty()) << impl;
+    EXPECT_EQ(metrics[0].first, "plan_us") << impl;
+    EXPECT_GT(metrics[0].second, 0.0) << impl;
+    expect_right_on_every_launch(*inst, *problem, ref, stream, impl);
+  }
+  // The same case planned apart: no host work in the launch.
+  c.params.set("host_plan", std::string("apart"));
+  auto problem_apart = op->make_problem(c, 5, stream);
+  EXPECT_EQ(op->find_impl("ours_v3")->prepare(*problem_apart, c, stream)->host_work_in_launch(), "");
+}
+
+// gather_cublas's two GEMMs are each the fastest of cuBLASLt's candidates, named in its plan.
+TEST_F(GpuTest, GatherCublasNamesItsChosenCandidates) {
+  if (left_out_under_racecheck("attention_decode", "gather_cublas")) GTEST_SKIP() << "cuBLASLt: not racecheck's";
+  Case c = decode_case({4, 3000, "ragged", 2, 64, 8, 16}, DType::bf16);
+  const OpDef* op = builtin_registry().find(c.op);
+  auto problem = op->make_problem(c, 5, stream);
+  const PlanChoice plan = op->find_impl("gather_cublas")->prepare(*problem, c, stream)->plan_choice();
+  EXPECT_GE(plan.tried, 2) << plan.name;
+  EXPECT_EQ(plan.name.find("q·kᵀ: heuristic candidate"), 0u) << plan.name;
+  EXPECT_NE(plan.name.find("; p·v: heuristic candidate"), std::string::npos) << plan.name;
+  EXPECT_TRUE(op->find_impl("gather_cublas")->chooses_plan);
 }
 
 // Tables whose pages follow one another (a fresh pool), as the sweep's page_order=sequential rows.

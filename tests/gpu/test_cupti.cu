@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "harness/config.h"
 #include "harness/cupti_check.h"
@@ -137,6 +138,36 @@ TEST_F(CuptiGpu, ChipCatalogChecksConfigNames) {
   } catch (const ConfigError& e) {
     std::printf("%s\n", e.what());
     EXPECT_NE(std::string(e.what()).find("did you mean 'dram__bytes_read.sum'?"), std::string::npos) << e.what();
+  }
+}
+
+// A reset runs before every launch the timer makes and is never in its samples: a launch that copies
+// 1/64 of the buffer times the same whether or not a reset copying the whole buffer (64 times the
+// launch's work) runs ahead of it, under events, a CUDA graph and kernel records.
+TEST_F(CuptiGpu, ResetRunsBeforeEveryLaunchOutsideTheSamples) {
+  const size_t slice = words() / 64;
+  auto launch = [&](cudaStream_t s) {
+    copy_kernel<<<device->sm_count * 8, 256, 0, s>>>(src.as<int4>(), dst.as<int4>(), slice);
+    CUDA_CHECK_LAUNCH();
+  };
+  for (auto [timer_kind, graph] : {std::pair{TimerKind::cuda_event, false}, std::pair{TimerKind::cuda_event, true},
+                                   std::pair{TimerKind::cupti_activity, false}}) {
+    MeasureSettings m;
+    m.min_samples = 10;
+    m.min_time_s = 0.001;
+    m.timer = timer_kind;
+    m.cuda_graph = graph;
+    int resets = 0;
+    const Measurement alone = timer->measure(launch, m);
+    const Measurement with_reset = timer->measure(launch, m, [&](cudaStream_t s) {
+      ++resets;
+      copy(s, 1);
+    });
+    SCOPED_TRACE(with_reset.timer);
+    std::printf("%s: launch alone %.1f us, after a reset %.1f us\n", with_reset.timer.c_str(), alone.stats.median,
+                with_reset.stats.median);
+    EXPECT_EQ(resets, 1 + with_reset.warmup_runs + int(with_reset.samples_us.size()));
+    EXPECT_LE(with_reset.stats.median, alone.stats.median * 1.2 + 2.0);
   }
 }
 

@@ -37,6 +37,17 @@ class RunnerGpuTest : public GpuTest {
   std::string out_dir_;
 };
 
+// A decode config timed briefly, as the committed one (cold_clean, the GPU reference): `ops` lists its
+// op entries.
+std::string quick_decode_config(const std::string& name, const std::string& ops) {
+  return "name: " + name +
+         "\nmeasure: {cache: cold_clean, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}\n"
+         "check: {cpu_reference_max_elements: 0}\nops:\n" +
+         ops;
+}
+
+// FlashInfer's fused add + RMSNorm works in place: only its restore_inputs, run before every launch, gives each
+// launch the case's inputs, so its row passes the check of the last timed launch only with it.
 TEST_F(RunnerGpuTest, InterleavedRoundsTimeEveryImplementation) {
   const ResultsFile f = run(R"(
 name: interleave
@@ -45,9 +56,12 @@ ops:
   - op: rmsnorm
     impls: [unfused, cudnn, ours]
     axes: {tokens: [16, 4096], hidden: 4096, dtype: bf16}
+  - op: add_rmsnorm
+    impls: [unfused, flashinfer, ours]
+    axes: {tokens: [16, 4096], hidden: 4096, dtype: bf16}
 )",
                             "interleave");
-  ASSERT_EQ(f.rows.size(), 6u);
+  ASSERT_EQ(f.rows.size(), 12u);
   for (const ResultRow& r : f.rows) {
     SCOPED_TRACE(r.key());
     EXPECT_EQ(r.status, Status::ok) << r.reason;
@@ -80,15 +94,11 @@ ops:
 // static split), which a bound that skipped bytes, or a dynamic way that found its counters unreset
 // after the first launch, would.
 TEST_F(RunnerGpuTest, DecodeRowsAreHeldToTheReadBoundOfTheirLayout) {
-  const ResultsFile f = run(R"(
-name: read_bound
-measure: {cache: cold_clean, min_samples: 3, min_time_s: 0.001, warmup_max_s: 0.01, timeout_s: 0.05}
-check: {cpu_reference_max_elements: 0}
-ops:
+  const ResultsFile f = run(quick_decode_config("read_bound", R"(
   - op: attention_decode
     impls: [cudnn, ours_v3]
     axes: {batch: 16, context: 4096, heads: 64, kv_heads: 8, page_size: 16, dtype: bf16}
-)",
+)"),
                             "read_bound");
   ASSERT_EQ(f.rows.size(), 2u);
   const double read_GBps = f.context["measured_peaks"]["dram_read_GBps"].get<double>();
@@ -108,6 +118,45 @@ ops:
   // The shuffled pages are no faster to read than the same bytes in one range (a few percent slower on
   // the H100).
   if (timings_are_meaningful()) EXPECT_GE(bound_us["ours_v3"], 0.98 * bound_us["cudnn"]);
+}
+
+// host_plan=per_launch: ours and FlashInfer's decode plan and upload again in every timed launch, timed
+// with the launch (hide_launch: false); their rows carry plan_us either way. Where the launch is hidden
+// behind the blocking kernel, the host plan would fall outside the events: those rows are refused.
+TEST_F(RunnerGpuTest, DecodePlanPerLaunchIsTimedOrRefused) {
+  const ResultsFile f = run(quick_decode_config("plan_per_launch", R"(
+  - op: attention_decode
+    impls: [cudnn_paged, flashinfer, ours_v3]
+    measure: {hide_launch: false}
+    axes: {batch: 4, context: 4096, heads: 64, kv_heads: 8, host_plan: [apart, per_launch], dtype: bf16}
+  - op: attention_decode
+    impls: [cudnn_paged, flashinfer, ours_v3]
+    axes: {batch: 4, context: 2048, heads: 64, kv_heads: 8, host_plan: per_launch, dtype: bf16}
+)"),
+                            "plan_per_launch");
+  ASSERT_EQ(f.rows.size(), 9u);
+  std::map<std::string, double> apart_us, per_launch_us;
+  for (const ResultRow& r : f.rows) {
+    SCOPED_TRACE(r.key());
+    const bool plans = r.impl != "cudnn_paged";
+    const bool hidden = r.params.i("context") == 2048;
+    if (hidden && plans) {
+      EXPECT_EQ(r.status, Status::unsupported);
+      EXPECT_NE(r.reason.find("hide_launch: false"), std::string::npos) << r.reason;
+      continue;
+    }
+    ASSERT_EQ(r.status, Status::ok) << r.reason;
+    if (hidden) continue;
+    EXPECT_NE(r.timer.find("launch_included"), std::string::npos) << r.timer;
+    if (plans) {
+      ASSERT_TRUE(r.metrics.contains("plan_us")) << r.metrics.dump();
+      EXPECT_GT(r.metrics["plan_us"].get<double>(), 0.0);
+    }
+    (r.params.s("host_plan") == "per_launch" ? per_launch_us : apart_us)[r.impl] = r.time_us->median;
+  }
+  // The host plan is in the per-launch rows' time.
+  if (timings_are_meaningful())
+    for (const char* impl : {"flashinfer", "ours_v3"}) EXPECT_GT(per_launch_us[impl], apart_us[impl]) << impl;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "harness/stats.h"
 
@@ -11,6 +13,22 @@ TEST(Stats, OddAndEvenMedians) {
   EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 2.5);
   EXPECT_DOUBLE_EQ(median_of({}), 0);
+}
+
+// The median of the calls' host times: one slow call of five (an outlier, a first call's warm-up)
+// does not move it, and every call is made.
+TEST(Stats, HostMedianTakesTheMiddleCall) {
+  int calls = 0;
+  const double us = host_median_us(
+      [&] {
+        if (++calls == 3) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      },
+      5);
+  EXPECT_EQ(calls, 5);
+  EXPECT_GE(us, 0.0);
+  EXPECT_LT(us, 10'000.0);  // a mean or a max would be 10 ms or more
+  const double slow = host_median_us([] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); }, 3);
+  EXPECT_GE(slow, 2'000.0);
 }
 
 TEST(Stats, Summary) {

@@ -66,20 +66,27 @@ TEST(Sweep, InvalidCaseIsAConfigError) {
   EXPECT_THROW(plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 0, hidden: 8}\n"), ConfigError);
 }
 
-TEST(Sweep, DecodePageOrderIsAnAxisAndChecked) {
+// A string axis of attention_decode: each of its two values is a case of its own, named in the label;
+// any other value is a config error naming both.
+void expect_decode_axis_checked(const std::string& axis, const std::string& first, const std::string& second) {
   const std::string axes = "ops:\n  - op: attention_decode\n    axes: {batch: 1, context: 64, heads: 2, kv_heads: 1, ";
-  auto plan = plan_of(axes + "page_order: [shuffled, sequential]}\n");
+  auto plan = plan_of(axes + axis + ": [" + first + ", " + second + "]}\n");
   ASSERT_EQ(plan.size(), 2u);
-  EXPECT_NE(plan[0].c.label().find("page_order=shuffled"), std::string::npos) << plan[0].c.label();
-  EXPECT_NE(plan[1].c.label().find("page_order=sequential"), std::string::npos) << plan[1].c.label();
+  EXPECT_NE(plan[0].c.label().find(axis + "=" + first), std::string::npos) << plan[0].c.label();
+  EXPECT_NE(plan[1].c.label().find(axis + "=" + second), std::string::npos) << plan[1].c.label();
   try {
-    plan_of(axes + "page_order: backwards}\n");
-    FAIL();
+    plan_of(axes + axis + ": sideways}\n");
+    FAIL() << axis;
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("page_order=backwards: expected shuffled or sequential"), std::string::npos)
-        << e.what();
+    const std::string expected = axis + "=sideways: expected " + first + " or " + second;
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
 }
+
+TEST(Sweep, DecodePageOrderIsAnAxisAndChecked) { expect_decode_axis_checked("page_order", "shuffled", "sequential"); }
+
+// host_plan=per_launch is a case of its own: its rows time the host plan with the launch.
+TEST(Sweep, DecodeHostPlanIsAnAxisAndChecked) { expect_decode_axis_checked("host_plan", "apart", "per_launch"); }
 
 TEST(Sweep, BaselineFirstAndUnsupportedReasons) {
   auto plan = plan_of("ops:\n  - op: rmsnorm\n    axes: {tokens: 1, hidden: [8, 200000]}\n");
