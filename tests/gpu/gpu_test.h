@@ -23,7 +23,7 @@ inline std::string sanitize_mode() {
 }
 inline bool timings_are_meaningful() { return sanitize_mode().empty(); }
 inline bool small_shapes_only() { return sanitize_mode() == "small"; }
-// Under either tool, implementations that are a library's kernels alone (cuBLASLt, cuDNN, FlashInfer)
+// Under either tool, implementations that are a library's kernels alone (cuBLASLt, cuDNN, FlashInfer, CUTLASS)
 // are left out, with a note: the tools check our kernels (sanitize.sh's filter), a library's run
 // uninstrumented, and their outputs are checked by the plain GPU run. (Under memcheck's serialization
 // FlashInfer's SM90 prefill wrote one wrong row of a ragged causal head_dim-64 case in 3 runs, never
@@ -33,7 +33,9 @@ inline bool small_shapes_only() { return sanitize_mode() == "small"; }
 // kernel, then cuBLASLt), whose kernel memcheck covers.
 inline bool left_out_under_sanitizer(const std::string& op, const std::string& impl) {
   if (sanitize_mode().empty()) return false;
-  if (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0) return true;
+  if (impl == "cublaslt" || impl.rfind("cudnn", 0) == 0 || impl.rfind("flashinfer", 0) == 0 ||
+      impl == "cutlass")
+    return true;
   if (!small_shapes_only()) return false;
   return impl == "dequant_cublaslt" || (op.rfind("attention_", 0) == 0 && (impl == "gather_cublas" || impl == "unfused"));
 }
