@@ -1,4 +1,5 @@
-// CUTLASS's SM90 bf16 GEMMs (three configurations; the peer times each at prepare and keeps the fastest).
+// CUTLASS's SM90 bf16 GEMMs (sm90_plans: three configurations; the peer times each at prepare and
+// keeps the fastest). In a TU of its own so that it builds beside the FP8 one.
 #include <cutlass/version.h>
 
 #include "baselines/cutlass/cutlass_gemm_kernel.cuh"
@@ -11,16 +12,6 @@ const char* version() {
   return v.c_str();
 }
 
-CutlassGemmPlans bf16_plans() {
-  using T = cutlass::bfloat16_t;
-  CutlassGemmPlans plans;
-  // Large M and N: the widest tile, W's tile multicast to a pair of CTAs along M.
-  plans.push_back(std::make_unique<Sm90GemmPlan<T, 128, 256, 64, 2, 1, Cooperative>>());
-  // Mid shapes: twice the tiles of 128x256; x's tile multicast along N.
-  plans.push_back(std::make_unique<Sm90GemmPlan<T, 128, 128, 64, 1, 2, PingPong>>());
-  // Small M (decode): 64-row tiles waste less of the MMA on padding rows.
-  plans.push_back(std::make_unique<Sm90GemmPlan<T, 64, 128, 64, 1, 1, PingPong>>());
-  return plans;
-}
+CutlassGemmPlans bf16_plans() { return sm90_plans<cutlass::bfloat16_t>(); }
 
 }  // namespace topt::baselines::cutlass_gemm

@@ -10,6 +10,8 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "baselines/cutlass/cutlass_gemm.h"
@@ -114,5 +116,19 @@ class Sm90GemmPlan : public CutlassGemmPlan {
 
   Gemm gemm_;
 };
+
+// The configurations instantiated for one operand type, with K tiles of 128 bytes (64 bf16, 128 E4M3).
+template <class Element>
+CutlassGemmPlans sm90_plans() {
+  constexpr int kTileK = 128 / sizeof(Element);
+  CutlassGemmPlans plans;
+  // Large M and N: the widest tile, W's tile multicast to a pair of CTAs along M.
+  plans.push_back(std::make_unique<Sm90GemmPlan<Element, 128, 256, kTileK, 2, 1, Cooperative>>());
+  // Mid shapes: twice the tiles of 128x256; x's tile multicast along N.
+  plans.push_back(std::make_unique<Sm90GemmPlan<Element, 128, 128, kTileK, 1, 2, PingPong>>());
+  // Small M (decode): 64-row tiles waste less of the MMA on padding rows.
+  plans.push_back(std::make_unique<Sm90GemmPlan<Element, 64, 128, kTileK, 1, 1, PingPong>>());
+  return plans;
+}
 
 }  // namespace topt::baselines::cutlass_gemm
