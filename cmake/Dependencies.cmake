@@ -66,3 +66,8 @@ add_library(flashinfer_headers INTERFACE IMPORTED)
 target_include_directories(flashinfer_headers SYSTEM INTERFACE
   ${FLASHINFER_INCLUDE_DIR} ${FLASHINFER_CUTLASS_INCLUDE_DIR} ${FLASHINFER_CUTLASS_UTIL_INCLUDE_DIR})
 target_compile_definitions(flashinfer_headers INTERFACE ENABLE_BF16 ENABLE_FP8)
+# CUTLASS, the GEMM peers (baselines/cutlass): the copy that ships in the same wheel (CUTLASS 4.2.1 with
+# FlashInfer 0.5.3), so that one pin names both.
+add_library(cutlass_headers INTERFACE IMPORTED)
+target_include_directories(cutlass_headers SYSTEM INTERFACE
+  ${FLASHINFER_CUTLASS_INCLUDE_DIR} ${FLASHINFER_CUTLASS_UTIL_INCLUDE_DIR})

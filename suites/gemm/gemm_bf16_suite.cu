@@ -231,6 +231,10 @@ void register_gemm_bf16(Registry& registry) {
            },
            [](const Problem& p) { return as_gemm(p).args(); }))
     op.impls.push_back(std::move(impl));
+  op.impls.push_back(cutlass_gemm_impl(
+      "bf16 TN GEMM, fp32 accumulate",
+      [](const Case& c) { return cutlass_gemm_unsupported(GemmShape(c), kernels::gemm::Operands::bf16); },
+      [](const Problem& p) { return as_gemm(p).args(); }));
   registry.add(std::move(op));
 }
 

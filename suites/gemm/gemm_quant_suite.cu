@@ -162,6 +162,9 @@ class QuantGemmProblem : public ProductReferenceProblem<QuantGemmProblem> {
 
 const QuantGemmProblem& as_quant(const Problem& p) { return static_cast<const QuantGemmProblem&>(p); }
 
+// The row's metric quant_rel_error, which every implementation of these ops reports.
+Metrics quant_error_metric(const Problem& p) { return {{"quant_rel_error", as_quant(p).quant_rel_error}}; }
+
 // y[r, c] = bf16(acc[r, c] · x_scale[r] · w_scale[c]): the INT8 baseline's separate dequantize pass.
 __global__ void dequant_int8_kernel(const int32_t* acc, const float* x_scale, const float* w_scale,
                                     __nv_bfloat16* y, int64_t m, int64_t n) {
@@ -205,7 +208,7 @@ std::unique_ptr<Instance> cublaslt_quant_gemm(const QuantGemmProblem& p, cudaStr
   spec.n = p.shape.m;
   spec.k = p.shape.k;
   spec.trans_a = true;
-  const Metrics extra{{"quant_rel_error", p.quant_rel_error}};
+  const Metrics extra = quant_error_metric(p);
   if (p.scheme == Scheme::fp8_tensor || p.scheme == Scheme::fp8_block) {
     spec.a_type = spec.b_type = CUDA_R_8F_E4M3;
     spec.d_type = CUDA_R_16BF;
@@ -271,8 +274,7 @@ OpDef quant_gemm_op(const char* name, const char* summary, const char* ours_note
              const GemmShape s(c);
              return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, operands, scheme_of(c) == Scheme::fp8_block);
            },
-           [](const Problem& p) { return as_quant(p).args(); },
-           [](const Problem& p) { return Metrics{{"quant_rel_error", as_quant(p).quant_rel_error}}; }))
+           [](const Problem& p) { return as_quant(p).args(); }, quant_error_metric))
     op.impls.push_back(std::move(impl));
   return op;
 }
@@ -301,6 +303,15 @@ void register_gemm_fp8(Registry& registry) {
                   cublaslt_impl("cuBLASLt FP8 TN GEMM with the same scales (per tensor, or VEC128 for x and "
                                 "BLK128x128 for W in cuBLAS's scale layouts), bf16 out; fastest of 8",
                                 nullptr));
+  op.impls.push_back(cutlass_gemm_impl(
+      "E4M3 TN GEMM with per-tensor scales (alpha = a_scale . b_scale read from the device at each launch), "
+      "accumulators promoted to fp32 every 4 MMAs, bf16 out",
+      [](const Case& c) -> std::string {
+        if (scheme_of(c) == Scheme::fp8_block)
+          return "CUTLASS's blockwise-scaled FP8 GEMM is not instantiated (per-tensor scales only)";
+        return cutlass_gemm_unsupported(GemmShape(c), Operands::e4m3);
+      },
+      [](const Problem& p) { return as_quant(p).args(); }, quant_error_metric));
   registry.add(std::move(op));
 }
 

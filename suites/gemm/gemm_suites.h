@@ -67,4 +67,14 @@ struct LtExtras {
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
                                                  cudaStream_t stream, Metrics extra = {}, LtExtras extras = {});
 
+// Why CUTLASS's SM90 GEMM (baselines/cutlass) cannot run `s` on `operands`, or "".
+std::string cutlass_gemm_unsupported(const GemmShape& s, kernels::gemm::Operands operands);
+
+// The peer `cutlass`: CUTLASS's SM90 GEMM (`what` names the operands) on the args `args_of` gives
+// (operands, pointers, shape, per-tensor scales), the fastest of its instantiated configurations
+// timed at prepare (its plan_choice()), held to the ReadBound "weights". Metrics: `extra_of`'s, if any.
+Impl cutlass_gemm_impl(const std::string& what, std::function<std::string(const Case&)> unsupported,
+                       std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
+                       std::function<Metrics(const Problem&)> extra_of = {});
+
 }  // namespace topt::suites

@@ -1,0 +1,48 @@
+// CUTLASS's SM90 GEMMs, instantiated in our build as peers of the GEMM ops (issues 19, 21): the TN
+// product y[M, N] = x[M, K] · W[N, K]ᵀ (CUTLASS's A row-major, B column-major, D row-major), fp32
+// accumulation, bf16 out. This header carries no CUTLASS type: CUTLASS's headers live in
+// baselines/cutlass/*.cu only (library topt_cutlass).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace topt::baselines::cutlass_gemm {
+
+const char* version();  // "4.2.1": the CUTLASS that ships with FlashInfer (baselines/flashinfer/VERSION)
+
+struct CutlassGemmArgs {
+  const void* a = nullptr;  // x [M, K] row-major: bf16, or E4M3 codes
+  const void* b = nullptr;  // W [N, K] row-major, of a's type
+  void* d = nullptr;        // y [M, N] bf16, row-major
+  int m = 0, n = 0, k = 0;
+  // FP8: y = a_scale · b_scale · acc, both device scalars read at each launch. Null for bf16.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  int sm_count = 0;  // the persistent scheduler's grid
+};
+
+// One instantiated kernel (a tile, a cluster and a schedule), bound to one problem by initialize().
+class CutlassGemmPlan {
+ public:
+  virtual ~CutlassGemmPlan() = default;
+  virtual std::string name() const = 0;  // "128x256x64_c2x1_cooperative"
+  // The kernel's address, to ask whether this build carries its sm_90a code (kernels/sm90/sm90_device.h).
+  virtual const void* kernel() const = 0;
+  virtual size_t workspace_bytes(const CutlassGemmArgs& args) const = 0;
+  // "" once the kernel's parameters are built for `args` (workspace of workspace_bytes(args)), or why
+  // CUTLASS refuses the problem.
+  virtual std::string initialize(const CutlassGemmArgs& args, void* workspace, cudaStream_t stream) = 0;
+  // Enqueues the initialized kernel on `stream`; never synchronizes.
+  virtual void run(cudaStream_t stream) = 0;
+};
+
+using CutlassGemmPlans = std::vector<std::unique_ptr<CutlassGemmPlan>>;
+
+// The configurations instantiated for each operand type (cutlass_gemm_bf16.cu, cutlass_gemm_fp8.cu).
+CutlassGemmPlans bf16_plans();
+CutlassGemmPlans e4m3_plans();
+
+}  // namespace topt::baselines::cutlass_gemm
