@@ -74,25 +74,49 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A lane's two rows (g and g + 8) of one scale group: the scale, and 128 + zero (the int4 conversion's
-// bias), each twice (a register's two elements share a row).
+// A lane's two rows (g and g + 8) of one scale group as loaded: the bf16 scales and the bf16 values
+// 128 + zero (the int4 conversion's bias), row g in the low half, g + 8 in the high one.
+struct PackedRowGroupParams {
+  uint32_t scales = 0;
+  uint32_t biased_zeros = kSymmetricBiasedZeros;
+  static constexpr uint32_t kSymmetricBiasedZeros = 0x43084308u;  // bf16 136 = 128 + 8, twice
+};
+
+__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, int64_t group,
+                                                                      int64_t row0) {
+  PackedRowGroupParams packed;
+  packed.biased_zeros = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    const bool in = row < p.n;  // rows past N: scale 0
+    const uint32_t scale = in ? __ldg(reinterpret_cast<const unsigned short*>(p.scales) + group * p.n + row) : 0u;
+    const uint32_t zero = p.zeros && in ? __ldg(p.zeros + group * p.n + row) : 8u;
+    packed.scales |= scale << (16 * r);
+    packed.biased_zeros |= (0x4300u + zero) << (16 * r);  // bf16 128 + zero exactly: 128 has 7 mantissa bits
+  }
+  return packed;
+}
+
+// The same, each row's value in both halves (a register's two elements share a row).
 struct RowGroupParams {
   __nv_bfloat162 scale[2];
   __nv_bfloat162 biased_zero[2];
 };
 
-__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, int64_t group, int64_t row0) {
+__device__ __forceinline__ RowGroupParams expand(const PackedRowGroupParams& packed) {
   RowGroupParams rp;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + 8 * r;
-    const bool in = row < p.n;
-    const __nv_bfloat16 s = in ? p.scales[group * p.n + row] : __float2bfloat16_rn(0.f);
-    const float zero = p.zeros && in ? float(p.zeros[group * p.n + row]) : 8.f;
-    rp.scale[r] = __bfloat162bfloat162(s);
-    rp.biased_zero[r] = __bfloat162bfloat162(__float2bfloat16_rn(128.f + zero));  // exact: an integer < 256
+    const uint32_t selector = r ? 0x3232u : 0x1010u;
+    rp.scale[r] = bf16x2_of(__byte_perm(packed.scales, 0u, selector));
+    rp.biased_zero[r] = bf16x2_of(__byte_perm(packed.biased_zeros, 0u, selector));
   }
   return rp;
+}
+
+__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, int64_t group, int64_t row0) {
+  return expand(load_row_group_params(p, group, row0));
 }
 
 // A tile's A fragment from its int4 word: register i holds nibbles i and i + 4 (weight_only_layout.h);
@@ -141,8 +165,10 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 // kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16. The warps of a
 // strip sum in shared memory; one split writes y (int8: times the channel's scale, in fp32), several
 // write fp32 partials that the last of them to finish sums.
+// One token tile: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16. (Two tiles spill at 80.)
 template <int kBits, int kMTiles>
-__global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
+    weight_only_decode_kernel(const DecodeParams p) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
   constexpr int kUnroll = kLanePrefetchBytes / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
@@ -168,25 +194,40 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
                                   : make_uint4(0, 0, 0, 0);
   };
 
+  // int4: the scale group params of a batch's chunks load with its weights, a batch ahead (loaded where
+  // the group changes, they stalled the warp for an L2 round trip every group). The four lanes of a row
+  // pair (t = 0..3) each load those of one chunk of the batch (kUnroll = 4); chunk u's are shuffled from
+  // lane t = u.
+  static_assert(kBits != 4 || kUnroll == 4, "one chunk's scale group params per lane of a row pair");
+  auto load_group_params = [&](int64_t c0) {
+    PackedRowGroupParams packed;
+    if constexpr (kBits == 4) {
+      const int64_t c = c0 + t;
+      if (c < c_end) packed = load_row_group_params(p, uint32_t(c) / uint32_t(p.group_chunks), row0);
+    }
+    return packed;
+  };
+
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
-  RowGroupParams rp{};
-  int64_t group_end = c_begin;  // the chunk where rp's scale group ends (a division per group, not per chunk)
   uint4 wv[kUnroll][kLaneVecs];
   load_batch(c_begin, wv);
+  PackedRowGroupParams group_params = load_group_params(c_begin);
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
     // The next batch's loads go out before this one's math: two batches in flight per warp.
     uint4 next[kUnroll][kLaneVecs];
     load_batch(c0 + kUnroll, next);
+    const PackedRowGroupParams next_group_params = load_group_params(c0 + kUnroll);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u;
-      if (c >= c_end) break;
+      if (c >= c_end) break;  // the same for the whole warp: the shuffles below see every lane
+      RowGroupParams rp{};
       if constexpr (kBits == 4) {
-        if (c >= group_end) {
-          const int64_t group = c / p.group_chunks;
-          group_end = (group + 1) * p.group_chunks;
-          rp = row_group_params(p, group, row0);
-        }
+        PackedRowGroupParams chunk_params;
+        const int source = (lane & ~3) | u;
+        chunk_params.scales = __shfl_sync(0xffffffffu, group_params.scales, source);
+        if (p.zeros) chunk_params.biased_zeros = __shfl_sync(0xffffffffu, group_params.biased_zeros, source);
+        rp = expand(chunk_params);
       }
       uint32_t xb[kMTiles][8];
 #pragma unroll
@@ -207,6 +248,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = next[u][v];
+    group_params = next_group_params;
   }
 
   __shared__ float partial[kDecodeWarps][kMTiles * 8][kStripN + 1];  // (warp, token, row); +1: banks
