@@ -289,8 +289,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
     const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
     const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
     if (token >= p.m || col >= p.n) continue;
+    // Four splits' loads issue before their adds: splits / 4 L2 round trips in a row, not `splits` (16
+    // registers for all of them cost the int8 kernel at one or two token tiles its third block per SM).
+    constexpr int kSplitsInFlight = 4;
     float sum = 0.f;
-    for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + (int64_t(s) * p.m + token) * p.n + col);  // L2
+    for (int s0 = 0; s0 < p.splits; s0 += kSplitsInFlight) {
+      float split_sums[kSplitsInFlight];
+#pragma unroll
+      for (int s = 0; s < kSplitsInFlight; ++s)
+        split_sums[s] =
+            s0 + s < p.splits ? __ldcg(p.partials + (int64_t(s0 + s) * p.m + token) * p.n + col) : 0.f;  // L2
+#pragma unroll
+      for (int s = 0; s < kSplitsInFlight; ++s) sum += split_sums[s];
+    }
     store(token, col, sum);
   }
 }
@@ -364,16 +375,20 @@ __global__ void pack_weight_only_kernel(const uint8_t* codes, WeightShape shape,
 
 unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
+using DecodeKernel = void (*)(DecodeParams);
+
 template <int kBits>
-void launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
-                  unsigned(p.splits));
-  const int tiles = int((p.m + 7) / 8);
-  if (tiles <= 1) weight_only_decode_kernel<kBits, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (tiles <= 2) weight_only_decode_kernel<kBits, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (tiles <= 4) weight_only_decode_kernel<kBits, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else weight_only_decode_kernel<kBits, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+DecodeKernel decode_kernel_for_tiles(int64_t m) {
+  const int64_t tiles = (m + 7) / 8;
+  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1>;
+  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2>;
+  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4>;
+  return weight_only_decode_kernel<kBits, 8>;
+}
+
+// The decode kernel for this weight format and token count (n8 token tiles rounded to 1, 2, 4, 8).
+DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
+  return args.format.bits == 4 ? decode_kernel_for_tiles<4>(args.m) : decode_kernel_for_tiles<8>(args.m);
 }
 
 }  // namespace
@@ -433,8 +448,16 @@ void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const Wei
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream) {
   const DecodeParams p = decode_params(args, plan, workspace);
-  if (args.format.bits == 4) launch_decode<4>(p, stream);
-  else launch_decode<8>(p, stream);
+  const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
+                  unsigned(p.splits));
+  decode_kernel_for(args)<<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args) {
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_kernel_for(args), kDecodeWarps * 32, 0));
+  return blocks;
 }
 
 }  // namespace topt::kernels::gemm

@@ -50,5 +50,8 @@ void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const Wei
                                        void* workspace, cudaStream_t stream);
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream);
+// Blocks of the decode kernel that args' format and token count run that fit on one SM at once (the
+// planner's rounds of blocks are this times the SMs).
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args);
 
 }  // namespace topt::kernels::gemm
