@@ -184,14 +184,26 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
+  // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row g's
+  // k = 64c + 16t + [0, 8) and [8, 16), 2, 3 row g + 8's (the same K permutation as the packed layouts:
+  // tile j's fragment is 4 consecutive k of each row); nothing is read past N or K.
+  auto load_weights = [&](int64_t c, int v) {
+    if constexpr (kBits == 16) {
+      const int64_t row = row0 + 8 * (v / 2), k = c * kChunkK + 16 * t + 8 * (v % 2);
+      if (row >= p.n || k >= p.k) return make_uint4(0, 0, 0, 0);
+      return load_streaming(reinterpret_cast<const uint4*>(reinterpret_cast<const __nv_bfloat16*>(p.packed) +
+                                                            row * p.k + k));
+    } else {
+      return load_streaming(strip_packed + c * 32 * kLaneVecs + v);
+    }
+  };
+
   // Lane's shares of chunks c0 .. c0 + kUnroll − 1 (zeros past the warp's range).
   auto load_batch = [&](int64_t c0, uint4 (&wv)[kUnroll][kLaneVecs]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v)
-        wv[u][v] = c0 + u < c_end ? load_streaming(strip_packed + (c0 + u) * 32 * kLaneVecs + v)
-                                  : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = c0 + u < c_end ? load_weights(c0 + u, v) : make_uint4(0, 0, 0, 0);
   };
 
   // int4: the scale group params of a batch's chunks load with its weights, a batch ahead (loaded where
@@ -236,10 +248,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint32_t a[4];
-        if constexpr (kBits == 4)
+        if constexpr (kBits == 4) {
           int4_fragment(words[j], rp, a);
-        else
+        } else if constexpr (kBits == 8) {
           int8_fragment(words[2 * j], words[2 * j + 1], a);
+        } else {  // bf16: row g's words 0-7, row g + 8's 8-15; registers 1 and 3 hold row g + 8
+          a[0] = words[2 * j], a[1] = words[8 + 2 * j], a[2] = words[2 * j + 1], a[3] = words[8 + 2 * j + 1];
+        }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_m16n8k16(acc[mt], a, xb[mt][2 * j], xb[mt][2 * j + 1]);
       }
@@ -386,9 +401,26 @@ DecodeKernel decode_kernel_for_tiles(int64_t m) {
   return weight_only_decode_kernel<kBits, 8>;
 }
 
-// The decode kernel for this weight format and token count (n8 token tiles rounded to 1, 2, 4, 8).
+// The decode kernel for these weights' bits and token count (n8 token tiles rounded to 1, 2, 4, 8).
 DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
-  return args.format.bits == 4 ? decode_kernel_for_tiles<4>(args.m) : decode_kernel_for_tiles<8>(args.m);
+  switch (args.format.bits) {
+    case 4: return decode_kernel_for_tiles<4>(args.m);
+    case 8: return decode_kernel_for_tiles<8>(args.m);
+    default: return decode_kernel_for_tiles<16>(args.m);
+  }
+}
+
+// bf16 W as the decode kernel's 16-bit weights: one group (no scales read).
+WeightOnlyGemmArgs bf16_weight_args(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k) {
+  WeightOnlyGemmArgs args;
+  args.x = x;
+  args.packed = w;
+  args.out = out;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.format = {16, k, false};
+  return args;
 }
 
 }  // namespace
@@ -458,6 +490,33 @@ int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args) {
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_kernel_for(args), kDecodeWarps * 32, 0));
   return blocks;
+}
+
+std::string bf16_weight_decode_unsupported(int64_t m, int64_t n, int64_t k) {
+  if (m < 1 || n < 1 || k < 1) return "m, n and k must be >= 1";
+  if (m > kWeightOnlyDecodeMaxM)
+    return "m = " + std::to_string(m) + " > " + std::to_string(kWeightOnlyDecodeMaxM) +
+           ": the streaming decode kernel is for decode token counts";
+  if (k % 8 != 0) return "k = " + std::to_string(k) + " is not a multiple of 8 (W and x are read in 16-byte runs)";
+  return "";
+}
+
+int bf16_weight_decode_blocks_per_sm(int64_t m) {
+  return weight_only_decode_blocks_per_sm(bf16_weight_args(nullptr, nullptr, nullptr, m, 0, 0));
+}
+
+size_t bf16_weight_decode_workspace_bytes(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan) {
+  return weight_only_decode_workspace_bytes(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan);
+}
+
+void init_bf16_weight_decode_workspace(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan,
+                                       void* workspace, cudaStream_t stream) {
+  init_weight_only_decode_workspace(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan, workspace, stream);
+}
+
+void run_bf16_weight_decode(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k,
+                            const WeightOnlyDecodePlan& plan, void* workspace, cudaStream_t stream) {
+  run_weight_only_decode(bf16_weight_args(x, w, out, m, n, k), plan, workspace, stream);
 }
 
 }  // namespace topt::kernels::gemm
