@@ -145,14 +145,25 @@ __device__ __forceinline__ void int8_fragment(uint32_t lo, uint32_t hi, uint32_t
   a[3] = bits_of(__floats2bfloat162_rn(int8_code(hi, 2), int8_code(hi, 3)));
 }
 
-// Lane t's B fragments for all four tiles of a chunk: x[token][k, k + 16) (k = chunk·64 + 16t), as 8
-// bf16 pairs; zeros past M and K (K is a multiple of 8: a 16-byte half is all in or all out).
-__device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t k, uint32_t (&xb)[8]) {
+// Where lane t's 16 k of a chunk lie: two runs of 8, at k_lo = chunk·64 + kLaneK·t and
+// k_lo + kHalfOffset. The packed layouts: x[16t, 16t + 16). 16-bit weights, read from W row-major:
+// [8t, 8t + 8) and [32 + 8t, 40 + 8t), so that each 16-byte load instruction of a warp reads whole
+// 32-byte sectors (64 contiguous bytes of a row), not every other 16 bytes of them.
+template <int kBits>
+struct LaneK {
+  static constexpr int kLaneK = kBits == 16 ? 8 : 16;
+  static constexpr int kHalfOffset = kBits == 16 ? 32 : 8;
+};
+
+// Lane t's B fragments for all four tiles of a chunk: x[token][k_lo, k_lo + 8) and [k_hi, k_hi + 8), as
+// 8 bf16 pairs; zeros past M and K (K is a multiple of 8: a 16-byte run is all in or all out).
+__device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t k_lo, int64_t k_hi,
+                                       uint32_t (&xb)[8]) {
   const bool row_in = token < p.m;
-  const uint4* src = reinterpret_cast<const uint4*>(p.x + (row_in ? token * p.k + k : 0));
+  const __nv_bfloat16* row = p.x + (row_in ? token * p.k : 0);
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const uint4 lo = row_in && k < p.k ? __ldg(src) : zero;
-  const uint4 hi = row_in && k + 8 < p.k ? __ldg(src + 1) : zero;
+  const uint4 lo = row_in && k_lo < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_lo)) : zero;
+  const uint4 hi = row_in && k_hi < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_hi)) : zero;
   xb[0] = lo.x, xb[1] = lo.y, xb[2] = lo.z, xb[3] = lo.w;
   xb[4] = hi.x, xb[5] = hi.y, xb[6] = hi.z, xb[7] = hi.w;
 }
@@ -184,12 +195,16 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
-  // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row g's
-  // k = 64c + 16t + [0, 8) and [8, 16), 2, 3 row g + 8's (the same K permutation as the packed layouts:
-  // tile j's fragment is 4 consecutive k of each row); nothing is read past N or K.
+  // The lane's two runs of 8 k in chunk c (LaneK).
+  auto k_lo_of = [&](int64_t c) { return c * kChunkK + LaneK<kBits>::kLaneK * t; };
+  constexpr int kHalfOffset = LaneK<kBits>::kHalfOffset;
+
+  // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row
+  // g's runs at k_lo and k_lo + kHalfOffset, 2, 3 row g + 8's (tile j's fragment is the lane's k
+  // 4j .. 4j + 3 of each row, as in the packed layouts); nothing is read past N or K.
   auto load_weights = [&](int64_t c, int v) {
     if constexpr (kBits == 16) {
-      const int64_t row = row0 + 8 * (v / 2), k = c * kChunkK + 16 * t + 8 * (v % 2);
+      const int64_t row = row0 + 8 * (v / 2), k = k_lo_of(c) + kHalfOffset * (v % 2);
       if (row >= p.n || k >= p.k) return make_uint4(0, 0, 0, 0);
       return load_streaming(reinterpret_cast<const uint4*>(reinterpret_cast<const __nv_bfloat16*>(p.packed) +
                                                             row * p.k + k));
@@ -243,7 +258,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
       }
       uint32_t xb[kMTiles][8];
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_x(p, 8 * mt + g, c * kChunkK + 16 * t, xb[mt]);
+      for (int mt = 0; mt < kMTiles; ++mt) load_x(p, 8 * mt + g, k_lo_of(c), k_lo_of(c) + kHalfOffset, xb[mt]);
       const uint32_t* words = reinterpret_cast<const uint32_t*>(wv[u]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
