@@ -172,10 +172,10 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 // `splits`: warp w owns strip w % strips_per_block and the (w / strips_per_block)-th part of the split's
 // chunks. Each lane loads kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per
 // chunk loads its B fragments for the kMTiles tiles of 8 tokens (through L1: the block's warps of other
-// strips read the same x at the same time), dequantizes each k16 tile's A fragment once and issues
-// kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16. The warps of a
-// strip sum in shared memory; one split writes y (int8: times the channel's scale, in fp32), several
-// write fp32 partials that the last of them to finish sums.
+// strips read the same x at the same time), dequantizes each k16 tile's A fragment once (16-bit
+// weights: as loaded) and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens
+// pad to 8, not 16. The warps of a strip sum in shared memory; one split writes y (int8: times the
+// channel's scale, in fp32), several write fp32 partials that the last of them to finish sums.
 // One token tile: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16. (Two tiles spill at 80.)
 template <int kBits, int kMTiles>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)

@@ -351,7 +351,8 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
 
 // A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (one block per strip;
 // 4 strips a block and 2 splits; kMaxDecodeSplits splits, most of them on no K at all: every partial
-// slot of the last split's sum. Three launches each: the split plans' arrival counters reset themselves) to x · ((code − zero) · scale)ᵀ
+// slot of the last split's sum. Three launches each: the split plans' arrival counters reset
+// themselves) to x · ((code − zero) · scale)ᵀ
 // computed here in double: the importer feeds the kernel as the op does.
 TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   using namespace kernels::gemm;
