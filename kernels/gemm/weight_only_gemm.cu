@@ -427,15 +427,7 @@ DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
 
 // bf16 W as the decode kernel's 16-bit weights: one group (no scales read).
 WeightOnlyGemmArgs bf16_weight_args(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k) {
-  WeightOnlyGemmArgs args;
-  args.x = x;
-  args.packed = w;
-  args.out = out;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.format = {16, k, false};
-  return args;
+  return {x, w, /*scales=*/nullptr, /*zeros=*/nullptr, out, m, n, k, WeightFormat{16, k, false}};
 }
 
 }  // namespace
