@@ -74,25 +74,49 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A lane's two rows (g and g + 8) of one scale group: the scale, and 128 + zero (the int4 conversion's
-// bias), each twice (a register's two elements share a row).
+// A lane's two rows (g and g + 8) of one scale group as loaded: the bf16 scales and the bf16 values
+// 128 + zero (the int4 conversion's bias), row g in the low half, g + 8 in the high one.
+struct PackedRowGroupParams {
+  uint32_t scales = 0;
+  uint32_t biased_zeros = kSymmetricBiasedZeros;
+  static constexpr uint32_t kSymmetricBiasedZeros = 0x43084308u;  // bf16 136 = 128 + 8, twice
+};
+
+__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, int64_t group,
+                                                                      int64_t row0) {
+  PackedRowGroupParams packed;
+  packed.biased_zeros = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    const bool in = row < p.n;  // rows past N: scale 0
+    const uint32_t scale = in ? __ldg(reinterpret_cast<const unsigned short*>(p.scales) + group * p.n + row) : 0u;
+    const uint32_t zero = p.zeros && in ? __ldg(p.zeros + group * p.n + row) : 8u;
+    packed.scales |= scale << (16 * r);
+    packed.biased_zeros |= (0x4300u + zero) << (16 * r);  // bf16 128 + zero exactly: 128 has 7 mantissa bits
+  }
+  return packed;
+}
+
+// The same, each row's value in both halves (a register's two elements share a row).
 struct RowGroupParams {
   __nv_bfloat162 scale[2];
   __nv_bfloat162 biased_zero[2];
 };
 
-__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, int64_t group, int64_t row0) {
+__device__ __forceinline__ RowGroupParams expand(const PackedRowGroupParams& packed) {
   RowGroupParams rp;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + 8 * r;
-    const bool in = row < p.n;
-    const __nv_bfloat16 s = in ? p.scales[group * p.n + row] : __float2bfloat16_rn(0.f);
-    const float zero = p.zeros && in ? float(p.zeros[group * p.n + row]) : 8.f;
-    rp.scale[r] = __bfloat162bfloat162(s);
-    rp.biased_zero[r] = __bfloat162bfloat162(__float2bfloat16_rn(128.f + zero));  // exact: an integer < 256
+    const uint32_t selector = r ? 0x3232u : 0x1010u;
+    rp.scale[r] = bf16x2_of(__byte_perm(packed.scales, 0u, selector));
+    rp.biased_zero[r] = bf16x2_of(__byte_perm(packed.biased_zeros, 0u, selector));
   }
   return rp;
+}
+
+__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, int64_t group, int64_t row0) {
+  return expand(load_row_group_params(p, group, row0));
 }
 
 // A tile's A fragment from its int4 word: register i holds nibbles i and i + 4 (weight_only_layout.h);
@@ -121,14 +145,25 @@ __device__ __forceinline__ void int8_fragment(uint32_t lo, uint32_t hi, uint32_t
   a[3] = bits_of(__floats2bfloat162_rn(int8_code(hi, 2), int8_code(hi, 3)));
 }
 
-// Lane t's B fragments for all four tiles of a chunk: x[token][k, k + 16) (k = chunk·64 + 16t), as 8
-// bf16 pairs; zeros past M and K (K is a multiple of 8: a 16-byte half is all in or all out).
-__device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t k, uint32_t (&xb)[8]) {
+// Where lane t's 16 k of a chunk lie: two runs of 8, at k_lo = chunk·64 + kLaneK·t and
+// k_lo + kHalfOffset. The packed layouts: x[16t, 16t + 16). 16-bit weights, read from W row-major:
+// [8t, 8t + 8) and [32 + 8t, 40 + 8t), so that each 16-byte load instruction of a warp reads whole
+// 32-byte sectors (64 contiguous bytes of a row), not every other 16 bytes of them.
+template <int kBits>
+struct LaneK {
+  static constexpr int kLaneK = kBits == 16 ? 8 : 16;
+  static constexpr int kHalfOffset = kBits == 16 ? 32 : 8;
+};
+
+// Lane t's B fragments for all four tiles of a chunk: x[token][k_lo, k_lo + 8) and [k_hi, k_hi + 8), as
+// 8 bf16 pairs; zeros past M and K (K is a multiple of 8: a 16-byte run is all in or all out).
+__device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t k_lo, int64_t k_hi,
+                                       uint32_t (&xb)[8]) {
   const bool row_in = token < p.m;
-  const uint4* src = reinterpret_cast<const uint4*>(p.x + (row_in ? token * p.k + k : 0));
+  const __nv_bfloat16* row = p.x + (row_in ? token * p.k : 0);
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const uint4 lo = row_in && k < p.k ? __ldg(src) : zero;
-  const uint4 hi = row_in && k + 8 < p.k ? __ldg(src + 1) : zero;
+  const uint4 lo = row_in && k_lo < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_lo)) : zero;
+  const uint4 hi = row_in && k_hi < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_hi)) : zero;
   xb[0] = lo.x, xb[1] = lo.y, xb[2] = lo.z, xb[3] = lo.w;
   xb[4] = hi.x, xb[5] = hi.y, xb[6] = hi.z, xb[7] = hi.w;
 }
@@ -137,12 +172,14 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 // `splits`: warp w owns strip w % strips_per_block and the (w / strips_per_block)-th part of the split's
 // chunks. Each lane loads kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per
 // chunk loads its B fragments for the kMTiles tiles of 8 tokens (through L1: the block's warps of other
-// strips read the same x at the same time), dequantizes each k16 tile's A fragment once and issues
-// kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens pad to 8, not 16. The warps of a
-// strip sum in shared memory; one split writes y (int8: times the channel's scale, in fp32), several
-// write fp32 partials that the last of them to finish sums.
+// strips read the same x at the same time), dequantizes each k16 tile's A fragment once (16-bit
+// weights: as loaded) and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens
+// pad to 8, not 16. The warps of a strip sum in shared memory; one split writes y (int8: times the
+// channel's scale, in fp32), several write fp32 partials that the last of them to finish sums.
+// One token tile: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16. (Two tiles spill at 80.)
 template <int kBits, int kMTiles>
-__global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
+    weight_only_decode_kernel(const DecodeParams p) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
   constexpr int kUnroll = kLanePrefetchBytes / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
@@ -158,47 +195,81 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
+  // The lane's two runs of 8 k in chunk c (LaneK).
+  auto k_lo_of = [&](int64_t c) { return c * kChunkK + LaneK<kBits>::kLaneK * t; };
+  constexpr int kHalfOffset = LaneK<kBits>::kHalfOffset;
+
+  // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row
+  // g's runs at k_lo and k_lo + kHalfOffset, 2, 3 row g + 8's (tile j's fragment is the lane's k
+  // 4j .. 4j + 3 of each row, as in the packed layouts); nothing is read past N or K.
+  auto load_weights = [&](int64_t c, int v) {
+    if constexpr (kBits == 16) {
+      const int64_t row = row0 + 8 * (v / 2), k = k_lo_of(c) + kHalfOffset * (v % 2);
+      if (row >= p.n || k >= p.k) return make_uint4(0, 0, 0, 0);
+      return load_streaming(reinterpret_cast<const uint4*>(reinterpret_cast<const __nv_bfloat16*>(p.packed) +
+                                                            row * p.k + k));
+    } else {
+      return load_streaming(strip_packed + c * 32 * kLaneVecs + v);
+    }
+  };
+
   // Lane's shares of chunks c0 .. c0 + kUnroll − 1 (zeros past the warp's range).
   auto load_batch = [&](int64_t c0, uint4 (&wv)[kUnroll][kLaneVecs]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v)
-        wv[u][v] = c0 + u < c_end ? load_streaming(strip_packed + (c0 + u) * 32 * kLaneVecs + v)
-                                  : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = c0 + u < c_end ? load_weights(c0 + u, v) : make_uint4(0, 0, 0, 0);
+  };
+
+  // int4: the scale group params of a batch's chunks load with its weights, a batch ahead (loaded where
+  // the group changes, they stalled the warp for an L2 round trip every group). The four lanes of a row
+  // pair (t = 0..3) each load those of one chunk of the batch (kUnroll = 4); chunk u's are shuffled from
+  // lane t = u.
+  static_assert(kBits != 4 || kUnroll == 4, "one chunk's scale group params per lane of a row pair");
+  auto load_group_params = [&](int64_t c0) {
+    PackedRowGroupParams packed;
+    if constexpr (kBits == 4) {
+      const int64_t c = c0 + t;
+      if (c < c_end) packed = load_row_group_params(p, uint32_t(c) / uint32_t(p.group_chunks), row0);
+    }
+    return packed;
   };
 
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
-  RowGroupParams rp{};
-  int64_t group_end = c_begin;  // the chunk where rp's scale group ends (a division per group, not per chunk)
   uint4 wv[kUnroll][kLaneVecs];
   load_batch(c_begin, wv);
+  PackedRowGroupParams group_params = load_group_params(c_begin);
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
     // The next batch's loads go out before this one's math: two batches in flight per warp.
     uint4 next[kUnroll][kLaneVecs];
     load_batch(c0 + kUnroll, next);
+    const PackedRowGroupParams next_group_params = load_group_params(c0 + kUnroll);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u;
-      if (c >= c_end) break;
+      if (c >= c_end) break;  // the same for the whole warp: the shuffles below see every lane
+      RowGroupParams rp{};
       if constexpr (kBits == 4) {
-        if (c >= group_end) {
-          const int64_t group = c / p.group_chunks;
-          group_end = (group + 1) * p.group_chunks;
-          rp = row_group_params(p, group, row0);
-        }
+        PackedRowGroupParams chunk_params;
+        const int source = (lane & ~3) | u;
+        chunk_params.scales = __shfl_sync(0xffffffffu, group_params.scales, source);
+        if (p.zeros) chunk_params.biased_zeros = __shfl_sync(0xffffffffu, group_params.biased_zeros, source);
+        rp = expand(chunk_params);
       }
       uint32_t xb[kMTiles][8];
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_x(p, 8 * mt + g, c * kChunkK + 16 * t, xb[mt]);
+      for (int mt = 0; mt < kMTiles; ++mt) load_x(p, 8 * mt + g, k_lo_of(c), k_lo_of(c) + kHalfOffset, xb[mt]);
       const uint32_t* words = reinterpret_cast<const uint32_t*>(wv[u]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint32_t a[4];
-        if constexpr (kBits == 4)
+        if constexpr (kBits == 4) {
           int4_fragment(words[j], rp, a);
-        else
+        } else if constexpr (kBits == 8) {
           int8_fragment(words[2 * j], words[2 * j + 1], a);
+        } else {  // bf16: row g's words 0-7, row g + 8's 8-15; registers 1 and 3 hold row g + 8
+          a[0] = words[2 * j], a[1] = words[8 + 2 * j], a[2] = words[2 * j + 1], a[3] = words[8 + 2 * j + 1];
+        }
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_m16n8k16(acc[mt], a, xb[mt][2 * j], xb[mt][2 * j + 1]);
       }
@@ -207,6 +278,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = next[u][v];
+    group_params = next_group_params;
   }
 
   __shared__ float partial[kDecodeWarps][kMTiles * 8][kStripN + 1];  // (warp, token, row); +1: banks
@@ -247,8 +319,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) weight_only_decode_kernel(c
     const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
     const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
     if (token >= p.m || col >= p.n) continue;
+    // Four splits' loads issue before their adds: splits / 4 L2 round trips in a row, not `splits` (16
+    // registers for all of them cost the int8 kernel at one or two token tiles its third block per SM).
+    constexpr int kSplitsInFlight = 4;
     float sum = 0.f;
-    for (int s = 0; s < p.splits; ++s) sum += __ldcg(p.partials + (int64_t(s) * p.m + token) * p.n + col);  // L2
+    for (int s0 = 0; s0 < p.splits; s0 += kSplitsInFlight) {
+      float split_sums[kSplitsInFlight];
+#pragma unroll
+      for (int s = 0; s < kSplitsInFlight; ++s)
+        split_sums[s] =
+            s0 + s < p.splits ? __ldcg(p.partials + (int64_t(s0 + s) * p.m + token) * p.n + col) : 0.f;  // L2
+#pragma unroll
+      for (int s = 0; s < kSplitsInFlight; ++s) sum += split_sums[s];
+    }
     store(token, col, sum);
   }
 }
@@ -322,16 +405,29 @@ __global__ void pack_weight_only_kernel(const uint8_t* codes, WeightShape shape,
 
 unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
+using DecodeKernel = void (*)(DecodeParams);
+
 template <int kBits>
-void launch_decode(const DecodeParams& p, cudaStream_t stream) {
-  const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
-                  unsigned(p.splits));
-  const int tiles = int((p.m + 7) / 8);
-  if (tiles <= 1) weight_only_decode_kernel<kBits, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (tiles <= 2) weight_only_decode_kernel<kBits, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else if (tiles <= 4) weight_only_decode_kernel<kBits, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  else weight_only_decode_kernel<kBits, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+DecodeKernel decode_kernel_for_tiles(int64_t m) {
+  const int64_t tiles = (m + 7) / 8;
+  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1>;
+  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2>;
+  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4>;
+  return weight_only_decode_kernel<kBits, 8>;
+}
+
+// The decode kernel for these weights' bits and token count (n8 token tiles rounded to 1, 2, 4, 8).
+DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
+  switch (args.format.bits) {
+    case 4: return decode_kernel_for_tiles<4>(args.m);
+    case 8: return decode_kernel_for_tiles<8>(args.m);
+    default: return decode_kernel_for_tiles<16>(args.m);
+  }
+}
+
+// bf16 W as the decode kernel's 16-bit weights: one group (no scales read).
+WeightOnlyGemmArgs bf16_weight_args(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k) {
+  return {x, w, /*scales=*/nullptr, /*zeros=*/nullptr, out, m, n, k, WeightFormat{16, k, false}};
 }
 
 }  // namespace
@@ -391,8 +487,43 @@ void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const Wei
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream) {
   const DecodeParams p = decode_params(args, plan, workspace);
-  if (args.format.bits == 4) launch_decode<4>(p, stream);
-  else launch_decode<8>(p, stream);
+  const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
+                  unsigned(p.splits));
+  decode_kernel_for(args)<<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args) {
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_kernel_for(args), kDecodeWarps * 32, 0));
+  return blocks;
+}
+
+std::string bf16_weight_decode_unsupported(int64_t m, int64_t n, int64_t k) {
+  if (m < 1 || n < 1 || k < 1) return "m, n and k must be >= 1";
+  if (m > kWeightOnlyDecodeMaxM)
+    return "m = " + std::to_string(m) + " > " + std::to_string(kWeightOnlyDecodeMaxM) +
+           ": the streaming decode kernel is for decode token counts";
+  if (k % 8 != 0) return "k = " + std::to_string(k) + " is not a multiple of 8 (W and x are read in 16-byte runs)";
+  return "";
+}
+
+int bf16_weight_decode_blocks_per_sm(int64_t m) {
+  return weight_only_decode_blocks_per_sm(bf16_weight_args(nullptr, nullptr, nullptr, m, 0, 0));
+}
+
+size_t bf16_weight_decode_workspace_bytes(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan) {
+  return weight_only_decode_workspace_bytes(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan);
+}
+
+void init_bf16_weight_decode_workspace(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan,
+                                       void* workspace, cudaStream_t stream) {
+  init_weight_only_decode_workspace(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan, workspace, stream);
+}
+
+void run_bf16_weight_decode(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k,
+                            const WeightOnlyDecodePlan& plan, void* workspace, cudaStream_t stream) {
+  run_weight_only_decode(bf16_weight_args(x, w, out, m, n, k), plan, workspace, stream);
 }
 
 }  // namespace topt::kernels::gemm

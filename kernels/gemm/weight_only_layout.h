@@ -35,7 +35,7 @@ constexpr int kChunkK = 64;  // K per chunk: four k16 tiles
 constexpr int kFragmentElements = 8;  // a lane's elements of one m16k16 A fragment
 
 struct WeightFormat {
-  int bits = 4;        // 4 or 8
+  int bits = 4;        // 4 or 8 (16: unquantized bf16 weights, the decode kernel only)
   int64_t group = 128;  // K per scale group; == k: per output channel
   bool asymmetric = false;
 };

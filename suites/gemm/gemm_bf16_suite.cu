@@ -14,6 +14,7 @@
 #include "harness/peaks.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_plan.h"
+#include "kernels/gemm/weight_only_gemm.h"
 #include "suites/gemm/gemm_reference.cuh"
 #include "suites/gemm/gemm_suites.h"
 
@@ -140,6 +141,39 @@ class CublasLtGemm : public Instance {
   LtExtras extras_;
 };
 
+// ours_stream: the weight-only decode kernel on the bf16 W (kernels/gemm/weight_only_gemm.h), spread by
+// plan_weight_only_decode at the kernel's occupancy; its split partials and arrival counters are its
+// workspace.
+class StreamDecodeGemm : public Instance {
+ public:
+  StreamDecodeGemm(const GemmBf16Problem& p, cudaStream_t stream)
+      : x_(p.x->data), w_(p.w->data), y_(p.y->data), m_(p.shape.m), n_(p.shape.n), k_(p.shape.k),
+        resident_blocks_(kernels::gemm::bf16_weight_decode_blocks_per_sm(m_) * current_device_sm_count()),
+        plan_(kernels::gemm::plan_weight_only_decode(m_, n_, k_, resident_blocks_)),
+        workspace_(kernels::gemm::bf16_weight_decode_workspace_bytes(m_, n_, k_, plan_),
+                   "decode split-K partials and arrival counters") {
+    kernels::gemm::init_bf16_weight_decode_workspace(m_, n_, k_, plan_, workspace_.get(), stream);
+  }
+  void launch(cudaStream_t s) override {
+    kernels::gemm::run_bf16_weight_decode(x_, w_, y_, m_, n_, k_, plan_, workspace_.get(), s);
+  }
+  size_t workspace_bytes() const override { return workspace_.bytes(); }
+  Metrics metrics() const override {
+    return {{"plan_resident_blocks", resident_blocks_},
+            {"plan_strips_per_block", plan_.strips_per_block},
+            {"plan_splits", plan_.splits},
+            {"plan_grid", double(plan_.blocks(n_))}};
+  }
+
+ private:
+  const void *x_, *w_;
+  void* y_;
+  int64_t m_, n_, k_;
+  int resident_blocks_;
+  kernels::gemm::WeightOnlyDecodePlan plan_;
+  DeviceBuffer workspace_;
+};
+
 }  // namespace
 
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
@@ -231,6 +265,18 @@ void register_gemm_bf16(Registry& registry) {
            },
            [](const Problem& p) { return as_gemm(p).args(); }))
     op.impls.push_back(std::move(impl));
+  op.impls.push_back({"ours_stream", Role::ours,
+                      "decode (M <= 64): W streamed a batch ahead (ld.global.nc) straight into mma.sync m16n8k16 A "
+                      "fragments, the tokens as n8, no shared memory (the weight-only decode kernel with 16-bit "
+                      "weights; plan_weight_only_decode)",
+                      [](const Case& c) {
+                        const GemmShape s(c);
+                        return kernels::gemm::bf16_weight_decode_unsupported(s.m, s.n, s.k);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<StreamDecodeGemm>(as_gemm(p), s);
+                      },
+                      "weights"});
   op.impls.push_back(cutlass_gemm_impl(
       "bf16 TN GEMM, fp32 accumulate",
       [](const Case& c) { return cutlass_gemm_unsupported(GemmShape(c), kernels::gemm::Operands::bf16); },

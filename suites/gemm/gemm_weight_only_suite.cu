@@ -186,9 +186,10 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, spread by `plan_of` (M, N, K, SMs);
+// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, spread by `plan_of` (M, N, K, blocks
+// resident on the GPU at once);
 // above, W dequantized to bf16 and the core's bf16 GEMM (choose_weight_only_path), timed together.
-using DecodePlanner = kernels::gemm::WeightOnlyDecodePlan (*)(int64_t m, int64_t n, int64_t k, int sms);
+using DecodePlanner = kernels::gemm::WeightOnlyDecodePlan (*)(int64_t m, int64_t n, int64_t k, int resident_blocks);
 std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner plan_of, cudaStream_t stream) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
@@ -196,12 +197,14 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner
   inst->extra = p.metrics();
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
   if (path == WeightOnlyPath::decode) {
-    const auto plan = plan_of(p.shape.m, p.shape.n, p.shape.k, current_device_sm_count());
+    const int resident_blocks = kernels::gemm::weight_only_decode_blocks_per_sm(args) * current_device_sm_count();
+    const auto plan = plan_of(p.shape.m, p.shape.n, p.shape.k, resident_blocks);
     auto workspace = std::make_shared<DeviceBuffer>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan),
                                                     "decode split-K partials and arrival counters");
     kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
     inst->buffers = {workspace};
-    inst->extra.insert(inst->extra.end(), {{"plan_strips_per_block", plan.strips_per_block},
+    inst->extra.insert(inst->extra.end(), {{"plan_resident_blocks", resident_blocks},
+                                           {"plan_strips_per_block", plan.strips_per_block},
                                            {"plan_splits", plan.splits},
                                            {"plan_grid", double(plan.blocks(p.shape.n))}});
     inst->step = [args, plan, workspace](cudaStream_t s) {
@@ -342,7 +345,7 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "weights"},
       {"ours_v2", Role::ours,
        "ours; up to 8 strips a block (warps of different strips share x through L1) and K split across blocks "
-       "to fill the SMs, partials summed by the last split to finish (plan_weight_only_decode: least L2 traffic)",
+       "so the blocks fill their last wave, partials summed by the last split to finish (plan_weight_only_decode)",
        nullptr,
        [](const Problem& p, const Case&, cudaStream_t s) {
          return prepare_ours(as_weight_only(p), kernels::gemm::plan_weight_only_decode, s);

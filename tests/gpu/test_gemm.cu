@@ -72,7 +72,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  expect_impls_pass(*this, c, {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"},
+  std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
+  // The streaming decode rung up to 64 tokens: N off the strip (999, 1), K off the chunk (1032, 520, 8).
+  if (GetParam().m <= kernels::gemm::kWeightOnlyDecodeMaxM) impls.push_back("ours_stream");
+  expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
@@ -252,7 +255,8 @@ Case weight_only_case(const GemmCase& g, const WeightOnlyFormat& f) {
 
 // M = 1, 3 (one n8 tile), 17 (three of four tiles), 64 (the decode kernel's widest) and 130 (dequantize +
 // the core); N off the 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8). 40×1032:
-// ours_v2 puts the 3 strips in one block of 4 (one warp-strip past N) and splits K 4 ways.
+// ours_v2 puts the 3 strips in one block of 8 (five warp-strips past N) and splits K 8 ways (the most
+// blocks: far from a full wave on any GPU).
 std::vector<GemmCase> weight_only_cases() {
   std::vector<GemmCase> small, large;
   for (int64_t m : {1, 3, 17, 64, 130}) {
@@ -334,8 +338,10 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
   EXPECT_LT(int8, 0.02);
 }
 
-// A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (both plans, three
-// launches each: the split plan's arrival counters reset themselves) to x · ((code − zero) · scale)ᵀ
+// A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (one block per strip;
+// 4 strips a block and 2 splits; kMaxDecodeSplits splits, most of them on no K at all: every partial
+// slot of the last split's sum. Three launches each: the split plans' arrival counters reset
+// themselves) to x · ((code − zero) · scale)ᵀ
 // computed here in double: the importer feeds the kernel as the op does.
 TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   using namespace kernels::gemm;
@@ -382,7 +388,8 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   args.n = n;
   args.k = k;
   args.format = w.format;
-  for (const WeightOnlyDecodePlan plan : {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}}) {
+  for (const WeightOnlyDecodePlan plan :
+       {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}, WeightOnlyDecodePlan{1, kMaxDecodeSplits}}) {
     DeviceBuffer workspace(std::max<size_t>(weight_only_decode_workspace_bytes(args, plan), 16), "partials");
     init_weight_only_decode_workspace(args, plan, workspace.get(), stream);
     // Three launches: the arrival counters must return to zero after each.
@@ -402,8 +409,8 @@ TEST_F(GpuTest, WeightOnlyV2SplitsKOnTheTestShape) {
   const OpDef* def = builtin_registry().find(c.op);
   auto problem = def->make_problem(c, 7, stream);
   auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
-  EXPECT_EQ(metric_of(*inst, "plan_strips_per_block"), 4);
-  EXPECT_EQ(metric_of(*inst, "plan_splits"), 4);
+  EXPECT_EQ(metric_of(*inst, "plan_strips_per_block"), 8);
+  EXPECT_EQ(metric_of(*inst, "plan_splits"), 8);
 }
 
 // ours runs the decode kernel up to 64 tokens and hands larger M to the core (choose_weight_only_path).

@@ -210,21 +210,25 @@ TEST(WeightOnlyPlan, DecodeUpTo64TokensThenTheCore) {
     EXPECT_EQ(choose_weight_only_path(m), WeightOnlyPath::dequantize_then_core) << m;
 }
 
-TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndSplitsKToFillTheGpu) {
-  constexpr int kH100Sms = 132;
-  // 7B O at M = 1: 256 strips; 8 a block make 32 blocks, 9 K splits make 288 (>= 2 per SM).
-  const WeightOnlyDecodePlan o = plan_weight_only_decode(1, 4096, 4096, kH100Sms);
+TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
+  constexpr int kH100Resident = 132 * 3;  // int4 at M = 1: 3 blocks of 8 warps per SM
+  // 7B O at M = 1: 256 strips; 8 a block make 32 blocks, 12 K splits make 384 (one round of 396, 97%).
+  const WeightOnlyDecodePlan o = plan_weight_only_decode(1, 4096, 4096, kH100Resident);
   EXPECT_EQ(o.strips_per_block, 8);
-  EXPECT_EQ(o.splits, 9);
-  EXPECT_EQ(o.blocks(4096), 288);
-  // 70B gate+up: 448 blocks of 8 strips already fill the GPU: no split, no partials.
-  const WeightOnlyDecodePlan gate_up = plan_weight_only_decode(16, 57344, 8192, kH100Sms);
+  EXPECT_EQ(o.splits, 12);
+  EXPECT_EQ(o.blocks(4096), 384);
+  // 70B gate+up at M = 1: 448 blocks of 8 strips would take 2 rounds for 1.13 rounds of work; 7 splits
+  // make 3136 blocks, 8 rounds at 99%.
+  const WeightOnlyDecodePlan gate_up = plan_weight_only_decode(1, 57344, 8192, kH100Resident);
   EXPECT_EQ(gate_up.strips_per_block, 8);
-  EXPECT_EQ(gate_up.splits, 1);
+  EXPECT_EQ(gate_up.splits, 7);
+  EXPECT_GE(last_wave_fill(gate_up.blocks(57344), kH100Resident), 0.98);
+  EXPECT_NEAR(last_wave_fill(448, 396), 448.0 / 792.0, 1e-12);
+  EXPECT_EQ(last_wave_fill(396, 396), 1.0);
   for (int64_t m : {1, 16, 64})
     for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{40, 200}, {4096, 4096}, {8192, 28672}, {10240, 8192}}) {
       SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
-      const WeightOnlyDecodePlan p = plan_weight_only_decode(m, n, k, kH100Sms);
+      const WeightOnlyDecodePlan p = plan_weight_only_decode(m, n, k, kH100Resident);
       EXPECT_TRUE(p.strips_per_block == 1 || p.strips_per_block == 2 || p.strips_per_block == 4 ||
                   p.strips_per_block == 8);
       EXPECT_GE(p.splits, 1);
@@ -234,7 +238,7 @@ TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndSplitsKToFillTheGpu) {
       if (p.splits > 1) EXPECT_GE(chunks / (p.splits * warps_per_split), kMinDecodeChunksPerWarp);
     }
   // A tiny K cannot be split: 4 chunks over 8 warps.
-  EXPECT_EQ(plan_weight_only_decode(1, 4096, 256, kH100Sms).splits, 1);
+  EXPECT_EQ(plan_weight_only_decode(1, 4096, 256, kH100Resident).splits, 1);
   EXPECT_NE(kStripPerBlockPlan.describe().find("1 strips a block, 1 K splits"), std::string::npos);
 }
 
