@@ -120,14 +120,18 @@ StepCase fitting_device(const Case& c) {
   return s;
 }
 
-// Whether a w4a16 problem also holds its weights dequantized to bf16 (for the baseline and the peer,
-// which run cuBLASLt on them): where they fit beside everything fitting_device counts.
+// A w4a16 problem's device memory with its weights also dequantized to bf16 (for the baseline and the
+// peer, which run cuBLASLt on them): the copy beside everything fitting_device counts.
+double with_dequantized_copy_bytes(const StepCase& s) {
+  return s.bf16_weight_bytes() + s.weight_bytes() + s.kv_bytes() + w4a16_scratch_bytes(s.model) + kOtherBytes;
+}
+
+// Whether a w4a16 problem holds the dequantized copy: where it fits the free memory.
 bool dequantized_copy_fits(const StepCase& s) {
   if (s.weights != WeightsFormat::w4a16) return false;
   size_t free_bytes = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-  return s.bf16_weight_bytes() + s.weight_bytes() + s.kv_bytes() + w4a16_scratch_bytes(s.model) + kOtherBytes <=
-         double(free_bytes);
+  return with_dequantized_copy_bytes(s) <= double(free_bytes);
 }
 
 }  // namespace
@@ -345,7 +349,24 @@ std::string ours_unsupported(const Case& c) {
   return kernels::rope_unsupported(rope_shape(m, s.batch));
 }
 
+// The cuBLASLt compositions on w4a16 weights: refused where the dequantized copy exceeds the GPU's
+// whole memory (70B's 137 GB); where it only exceeds the free memory, prepare refuses (OutOfMemory).
+std::string bf16_copy_unsupported(const Case& c) {
+  const StepCase s(c);
+  if (s.weights != WeightsFormat::w4a16) return "";
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "no CUDA device";
+  const double needs = with_dequantized_copy_bytes(s);
+  if (needs <= double(prop.totalGlobalMem)) return "";
+  return fmt::format("runs cuBLASLt on the w4a16 weights dequantized to bf16 ({:.1f} GB): with the packed weights, KV "
+                     "and the rest {:.1f} GB, more than this GPU's {:.1f} GB",
+                     s.bf16_weight_bytes() / 1e9, needs / 1e9, double(prop.totalGlobalMem) / 1e9);
+}
+
 std::string peer_unsupported(const Case& c) {
+  if (std::string why = bf16_copy_unsupported(c); !why.empty()) return why;
   const StepCase s(c);
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
@@ -411,11 +432,11 @@ void register_decode_step(Registry& registry) {
   };
   op.impls.push_back(step_impl("baseline", Role::baseline,
                                "cuBLASLt GEMMs (fastest of 8, per shape), cuDNN RMSNorm, cuDNN SDPA on the pages, unfused "
-                               "RoPE, KV append, SiLU·mul and residual adds",
-                               nullptr, make_baseline_step));
+                               "RoPE, KV append, SiLU·mul and residual adds; w4a16: on the dequantized weights",
+                               bf16_copy_unsupported, make_baseline_step));
   op.impls.push_back(step_impl("flashinfer", Role::peer,
                                "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
-                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE",
+                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE; w4a16: on the dequantized weights",
                                peer_unsupported, make_peer_step));
   op.impls.push_back(step_impl("ours", Role::ours,
                                "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
