@@ -89,8 +89,12 @@ kernels::gemm::WeightShape linear_shape(const LlamaShape& m, Linear which) {
   return {};
 }
 
+int64_t QuantizedLinear::scale_bytes(const kernels::gemm::WeightShape& s) {
+  return 2 * kernels::gemm::scale_groups(s.k, kW4a16.group) * s.n;
+}
+
 int64_t QuantizedLinear::bytes(const kernels::gemm::WeightShape& s) {
-  return kernels::gemm::packed_bytes(s, kW4a16.bits) + 2 * kernels::gemm::scale_groups(s.k, kW4a16.group) * s.n;
+  return kernels::gemm::packed_bytes(s, kW4a16.bits) + scale_bytes(s);
 }
 
 kernels::gemm::WeightOnlyGemmArgs QuantizedLinear::args(const void* x, void* y, int64_t m) const {
@@ -136,7 +140,7 @@ QuantizedLinear quantize_linear(const OwnedTensor& bf16, DeviceBuffer& codes, bo
   QuantizedLinear q;
   q.shape = {bf16->shape[0], bf16->shape[1]};
   q.packed = DeviceBuffer(size_t(g::packed_bytes(q.shape, kW4a16.bits)), "W4A16 packed weights");
-  q.scales = DeviceBuffer(size_t(2 * g::scale_groups(q.shape.k, kW4a16.group) * q.shape.n), "W4A16 scales");
+  q.scales = DeviceBuffer(size_t(QuantizedLinear::scale_bytes(q.shape)), "W4A16 scales");
   g::quantize_weight_only(bf16->data, q.shape, kW4a16, codes.as<uint8_t>(), q.scales.get(), nullptr, stream);
   g::pack_weight_only(codes.as<uint8_t>(), q.shape, kW4a16.bits, q.packed.get(), stream);
   if (dequantize_back) g::dequantize_weight_only(q.args(nullptr, nullptr, 0), bf16->data, stream);

@@ -56,6 +56,7 @@ struct QuantizedLinear {
   DeviceBuffer packed, scales;
   // Bytes the decode GEMM reads: the packed codes and the scales, as laid out.
   static int64_t bytes(const kernels::gemm::WeightShape& s);
+  static int64_t scale_bytes(const kernels::gemm::WeightShape& s);  // [groups, N] bf16
   // The weight-only GEMM's arguments for y[m, N] = x[m, K] · dequant(W)ᵀ.
   kernels::gemm::WeightOnlyGemmArgs args(const void* x, void* y, int64_t m) const;
 };
