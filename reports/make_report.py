@@ -523,11 +523,11 @@ def tokens_per_s(row):
 def tokens_chart(plt, rep, op, rows):
     """Ops whose rows say how many tokens a launch makes (decode_step): tokens/s against batch, a line
     per impl and the floor's tokens/s (read_bound_us, the case's bytes at the measured read rate)
-    dashed, a panel per model and context."""
+    dashed, a panel per model, weight format and context."""
     rows = [r for r in rows if "tokens_per_step" in r.get("metrics", {}) and "batch" in r["params"]]
     if not rows:
         return
-    panel_keys = [k for k in ("model", "hidden", "context") if k in rows[0]["params"]]
+    panel_keys = [k for k in ("model", "hidden", "weights", "context") if k in rows[0]["params"]]
     if "model" in panel_keys:
         panel_keys.remove("hidden")
     panels = by_key(rows, lambda r: label(r, panel_keys, ", "))

@@ -18,12 +18,16 @@ namespace topt::suites {
 // The values of a decode_step case's axes.
 struct StepCase {
   LlamaShape model;
+  WeightsFormat weights;
   int batch, context, page_size;
   explicit StepCase(const Case& c);
   // Every sequence holds `context` tokens, the new one included (position context − 1).
   std::vector<int> lengths() const { return std::vector<int>(size_t(batch), context); }
-  // Weights and the KV bytes one step reads (the floor's bytes).
-  double weight_bytes() const { return 2.0 * double(model.weights()); }
+  // Weights and the KV bytes one step reads (the floor's bytes): w4a16's packed codes and scales as
+  // laid out, its norms and LM head in bf16.
+  double weight_bytes() const;
+  // The weights in bf16 (w4a16: what the dequantized copy takes).
+  double bf16_weight_bytes() const { return 2.0 * double(model.weights()); }
   double kv_bytes() const { return double(model.layers) * double(LlamaKvCache::bytes(model, int64_t(batch) * context)); }
 };
 
@@ -116,6 +120,25 @@ class StepInstance : public GraphedInstance {
  private:
   std::vector<std::pair<std::string, double>> metrics_;
 };
+
+// Ours' GEMMs of one layer, on the activations of a StepInstance: qkv (xn → qkv), o_proj (o → y) and
+// the FFN (xn → y): the GEMM core and the fused FFN on bf16 weights, the weight-only decode GEMM on
+// w4a16 weights.
+class OursLayerGemms {
+ public:
+  virtual ~OursLayerGemms() = default;
+  virtual void qkv(int layer, cudaStream_t stream) const = 0;
+  virtual void o_proj(int layer, cudaStream_t stream) const = 0;
+  virtual void ffn(int layer, cudaStream_t stream) const = 0;
+  virtual size_t workspace_bytes() const = 0;
+};
+
+// The w4a16 layer GEMMs (decode_step_w4a16.cu): qkv, o_proj, gate|up and down through the weight-only
+// decode GEMM (weight_only_gemm.h), SiLU·mul between gate|up and down (kernels/ffn/activation.h).
+std::unique_ptr<OursLayerGemms> make_weight_only_layer_gemms(const DecodeStepProblem& p, const StepActivations& act,
+                                                             cudaStream_t stream);
+// Why they cannot run a model's layers at `rows` rows ("" if they can).
+std::string weight_only_layers_unsupported(const LlamaShape& m, int64_t rows);
 
 // The compositions (decode_step_compositions.cu), writing logits to `logits_out`.
 std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "baselines/cudnn/cudnn_norm.h"
 #include "baselines/cudnn/cudnn_sdpa.h"
 #include "baselines/flashinfer/flashinfer_activation.h"
@@ -167,6 +169,37 @@ class PeerStep : public StepInstance {
   baselines::flashinfer::BatchAttentionPlan attention_;
 };
 
+// Ours' layer GEMMs on bf16 weights: the GEMM core (qkv, o_proj) and the fused FFN.
+class CoreLayerGemms : public OursLayerGemms {
+ public:
+  CoreLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream)
+      : ffn_(p.weights, p.shape.model, act, p.shape.batch, stream) {
+    const LlamaShape& m = p.shape.model;
+    const int batch = p.shape.batch;
+    for (const LlamaLayerWeights& w : p.weights.layers) {
+      layer_first_.push_back(
+          gemms_.add(core_gemm_args(act.xn->data, w.wqkv->data, act.qkv->data, batch, m.qkv_width(), m.hidden)));
+      gemms_.add(core_gemm_args(act.o->data, w.wo->data, act.y->data, batch, m.hidden, int64_t(m.heads) * m.head_dim));
+    }
+    gemms_.prepare(stream);
+  }
+  void qkv(int l, cudaStream_t s) const override { gemms_.run(layer_first_[size_t(l)], s); }
+  void o_proj(int l, cudaStream_t s) const override { gemms_.run(layer_first_[size_t(l)] + 1, s); }
+  void ffn(int l, cudaStream_t s) const override { ffn_.run(l, s); }
+  size_t workspace_bytes() const override { return gemms_.workspace_bytes() + ffn_.workspace_bytes(); }
+
+ private:
+  OursFfn ffn_;
+  CoreGemms gemms_;
+  std::vector<size_t> layer_first_;  // per layer: its qkv GEMM's index, o_proj's next
+};
+
+std::unique_ptr<OursLayerGemms> make_layer_gemms(const DecodeStepProblem& p, const StepActivations& act,
+                                                 cudaStream_t stream) {
+  if (p.shape.weights == WeightsFormat::w4a16) return make_weight_only_layer_gemms(p, act, stream);
+  return std::make_unique<CoreLayerGemms>(p, act, stream);
+}
+
 class OursStep : public StepInstance {
  public:
   OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream)
@@ -175,16 +208,9 @@ class OursStep : public StepInstance {
         decode_shape_{m_.heads, 1, p.cache.max_len, p.cache.tokens(), p.cache.lengths},
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
         decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace"),
-        ffn_(p.weights, m_, act_, p.shape.batch, stream) {
+        layers_(make_layer_gemms(p, act_, stream)) {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
-    const int batch = p.shape.batch;
-    for (const LlamaLayerWeights& w : p.weights.layers) {
-      layer_first_.push_back(
-          gemms_.add(core_gemm_args(act_.xn->data, w.wqkv->data, act_.qkv->data, batch, m_.qkv_width(), m_.hidden)));
-      gemms_.add(core_gemm_args(act_.o->data, w.wo->data, act_.y->data, batch, m_.hidden,
-                                int64_t(m_.heads) * m_.head_dim));
-    }
-    lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, batch, m_.vocab,
+    lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, p.shape.batch, m_.vocab,
                                          m_.hidden));
     gemms_.prepare(stream);
     capture(stream);
@@ -199,14 +225,14 @@ class OursStep : public StepInstance {
     for (int l = 0; l < m_.layers; ++l) {
       const LlamaLayerWeights& w = W.layers[size_t(l)];
       const kernels::PagedKv kv = p_.cache.layer(l, m_);
-      gemms_.run(layer_first_[size_t(l)], s);  // qkv
+      layers_->qkv(l, s);
       kernels::rope_append_kv(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, rope, s);
       kernels::attention_decode(act_.q->data, act_.o->data, kv, decode_shape_, float(attention_scale(m_)), plan_,
                                 decode_ws_.get(), s);
-      gemms_.run(layer_first_[size_t(l)] + 1, s);  // o_proj
+      layers_->o_proj(l, s);
       kernels::add_rmsnorm_forward(act_.y->data, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data,
                                    act_.x->data, act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
-      ffn_.run(l, s);
+      layers_->ffn(l, s);
       const void* next_norm = l + 1 < m_.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data;
       kernels::add_rmsnorm_forward(act_.y->data, act_.x->data, next_norm, act_.x->data, act_.xn->data, batch,
                                    m_.hidden, m_.eps, DType::bf16, s);
@@ -216,7 +242,7 @@ class OursStep : public StepInstance {
 
  protected:
   size_t extra_workspace() const override {
-    return gemms_.workspace_bytes() + decode_ws_.bytes() + ffn_.workspace_bytes();
+    return gemms_.workspace_bytes() + decode_ws_.bytes() + layers_->workspace_bytes();
   }
 
  private:
@@ -224,18 +250,29 @@ class OursStep : public StepInstance {
   kernels::DecodeShape decode_shape_;
   kernels::DecodePlan plan_;
   DeviceBuffer decode_ws_;
-  OursFfn ffn_;
-  CoreGemms gemms_;
-  std::vector<size_t> layer_first_;  // per layer: its qkv GEMM's index, o_proj's next
+  std::unique_ptr<OursLayerGemms> layers_;
+  CoreGemms gemms_;  // the LM head's
   size_t lm_head_ = 0;
 };
+
+// The cuBLASLt compositions run on bf16 weights: with w4a16, the problem's dequantized copy, which it
+// holds only where it fits; refused (OutOfMemory, skipped) naming the bytes otherwise.
+void require_bf16_linears(const DecodeStepProblem& p, const char* composition) {
+  if (p.weights.bf16_linears) return;
+  throw OutOfMemory(fmt::format(
+      "the {} runs cuBLASLt on the w4a16 weights dequantized to bf16: {:.1f} GB beside the {:.1f} GB of packed "
+      "weights and {:.1f} GB of KV caches, more than this GPU holds",
+      composition, p.shape.bf16_weight_bytes() / 1e9, p.shape.weight_bytes() / 1e9, p.shape.kv_bytes() / 1e9));
+}
 
 }  // namespace
 
 std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
+  require_bf16_linears(p, "baseline");
   return std::make_unique<BaselineStep>(p, logits_out, stream);
 }
 std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
+  require_bf16_linears(p, "peer");
   return std::make_unique<PeerStep>(p, logits_out, stream);
 }
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {

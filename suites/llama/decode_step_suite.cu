@@ -30,9 +30,18 @@ namespace topt::suites {
 
 StepCase::StepCase(const Case& c)
     : model(llama_shape(c)),
+      weights(weights_format(c.params.s("weights")).value()),
       batch(int(c.params.i("batch"))),
       context(int(c.params.i("context"))),
       page_size(int(c.params.i("page_size"))) {}
+
+double StepCase::weight_bytes() const {
+  if (weights == WeightsFormat::bf16) return bf16_weight_bytes();
+  double linears = 0;
+  for (Linear which : kLinears) linears += double(QuantizedLinear::bytes(linear_shape(model, which)));
+  const double norms = 2.0 * (2.0 * model.layers + 1) * model.hidden;
+  return model.layers * linears + norms + 2.0 * double(model.vocab) * model.hidden;
+}
 
 // Per layer, roundings to bf16 on an element's way that scale with it: the attention norm's output,
 // QKV, RoPE, attention's output, O, the residual add, the FFN norm's output, gate|up, SiLU·mul, down,
@@ -85,22 +94,51 @@ __global__ void __launch_bounds__(kReadThreads)
 
 namespace {
 
-// The case, once its weights, caches, ours' interleaved gate|up copy and 2 GB for the rest
-// (activations, workspaces, the reference's scratch, the baseline that ours is compared with) fit the
-// device's free memory; OutOfMemory naming the sizes otherwise.
+constexpr double kOtherBytes = 2e9;  // activations, workspaces, the reference's scratch
+
+// w4a16: the larger of the setup's scratch and the reference's one dequantized layer.
+double w4a16_scratch_bytes(const LlamaShape& m) {
+  return std::max(LlamaWeights::setup_scratch_bytes(m), 2.0 * double(m.layer_weights()));
+}
+
+// The case, once its weights, caches, ours' extra (bf16: the interleaved gate|up copy; w4a16: the
+// setup's scratch and the reference's dequantized layer) and 2 GB for the rest (activations,
+// workspaces, the reference's scratch, the baseline that ours is compared with) fit the device's free
+// memory; OutOfMemory naming the sizes otherwise.
 StepCase fitting_device(const Case& c) {
   StepCase s(c);
-  require_device_memory(s.weight_bytes() + s.kv_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers) + 2e9,
-                        "decode_step " + c.label() +
-                            " (weights, KV caches, ours' interleaved gate|up weights and 2 GB for the rest)");
+  const std::string what = "decode_step " + c.label();
+  if (s.weights == WeightsFormat::bf16) {
+    require_device_memory(s.weight_bytes() + s.kv_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers) +
+                              kOtherBytes,
+                          what + " (weights, KV caches, ours' interleaved gate|up weights and 2 GB for the rest)");
+  } else {
+    require_device_memory(s.weight_bytes() + s.kv_bytes() + w4a16_scratch_bytes(s.model) + kOtherBytes,
+                          what + " (W4A16 weights, KV caches, the setup's and the reference's scratch and 2 GB for "
+                                 "the rest)");
+  }
   return s;
+}
+
+// A w4a16 problem's device memory with its weights also dequantized to bf16 (for the baseline and the
+// peer, which run cuBLASLt on them): the copy beside everything fitting_device counts.
+double with_dequantized_copy_bytes(const StepCase& s) {
+  return s.bf16_weight_bytes() + s.weight_bytes() + s.kv_bytes() + w4a16_scratch_bytes(s.model) + kOtherBytes;
+}
+
+// Whether a w4a16 problem holds the dequantized copy: where it fits the free memory.
+bool dequantized_copy_fits(const StepCase& s) {
+  if (s.weights != WeightsFormat::w4a16) return false;
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return with_dequantized_copy_bytes(s) <= double(free_bytes);
 }
 
 }  // namespace
 
 DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream)
     : shape(fitting_device(c)),
-      weights(shape.model, seed, stream),
+      weights(shape.model, seed, stream, shape.weights, dequantized_copy_fits(shape)),
       cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream),
       x_in(DType::bf16, {shape.batch, shape.model.hidden}, "x_in"),
       logits(DType::bf16, {shape.batch, shape.model.vocab}, "logits"),
@@ -109,12 +147,24 @@ DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t 
   // The floor's ranges: every weight tensor, every layer's K and V pages.
   std::vector<ReadRange> ranges;
   int64_t chunks = 0;
-  auto add = [&](const OwnedTensor& t) {
-    ranges.push_back({static_cast<const uint4*>(t->data), chunks, int64_t(t->bytes())});
-    chunks += (int64_t(t->bytes()) + kReadChunk - 1) / kReadChunk;
+  auto add_bytes = [&](const void* p, int64_t bytes) {
+    ranges.push_back({static_cast<const uint4*>(p), chunks, bytes});
+    chunks += (bytes + kReadChunk - 1) / kReadChunk;
   };
-  for (const LlamaLayerWeights& w : weights.layers)
-    for (const OwnedTensor* t : {&w.attn_norm, &w.wqkv, &w.wo, &w.ffn_norm, &w.w_gate_up, &w.w_down}) add(*t);
+  auto add = [&](const OwnedTensor& t) { add_bytes(t->data, int64_t(t->bytes())); };
+  for (const LlamaLayerWeights& w : weights.layers) {
+    add(w.attn_norm);
+    add(w.ffn_norm);
+    for (Linear which : kLinears) {
+      if (shape.weights == WeightsFormat::bf16) {
+        add(w.linear(which));
+        continue;
+      }
+      const QuantizedLinear& q = w.quantized[size_t(which)];
+      add_bytes(q.packed.get(), int64_t(q.packed.bytes()));
+      add_bytes(q.scales.get(), int64_t(q.scales.bytes()));
+    }
+  }
   add(weights.final_norm);
   add(weights.lm_head);
   for (int l = 0; l < shape.model.layers; ++l) {
@@ -171,6 +221,8 @@ const std::vector<double>& DecodeStepProblem::baseline_logits(cudaStream_t strea
     make_baseline_step(*this, out->data, stream);  // its prepare runs one step eagerly before the capture
   } catch (const Unsupported&) {
     return baseline_host_;  // empty: the baseline cannot run the case
+  } catch (const OutOfMemory&) {
+    return baseline_host_;  // empty: w4a16 whose dequantized weights do not fit
   }
   baseline_host_ = to_host_f64(*out, stream);
   return baseline_host_;
@@ -240,6 +292,8 @@ int64_t argmax_of(const double* row, int64_t width) { return std::max_element(ro
 // tie when they differ but the reference's logits of the two tokens lie within twice the two paths'
 // RMS errors on that row (measured against the reference): a swap their rounding alone explains.
 // Agreeing rows and near ties must make >= 99% of the rows; a failure throws (the row fails, named).
+// Where the baseline cannot run the case (70B w4a16: its bf16 weights do not fit), the reference takes
+// its place, a path with no error of its own: the near-tie margin is then twice ours' RMS error.
 void StepInstance::copy_out(cudaStream_t stream) {
   constexpr double kMinAgreement = 0.99;
   const int64_t rows = p_.shape.batch, width = m_.vocab;
@@ -248,7 +302,10 @@ void StepInstance::copy_out(cudaStream_t stream) {
   // An element left unwritten or overflowed: the element check names it; no argmax to take.
   if (!std::all_of(ours.begin(), ours.end(), [](double v) { return std::isfinite(v); })) return;
   const std::vector<double>& ref = p_.reference_logits(stream);
-  const std::vector<double>& base = is_baseline() ? ours : p_.baseline_logits(stream);
+  const std::vector<double>& baseline = is_baseline() ? ours : p_.baseline_logits(stream);
+  const bool vs_reference = baseline.empty();
+  const std::vector<double>& base = vs_reference ? ref : baseline;
+  const std::string other = vs_reference ? "reference" : "baseline";
   int64_t same_as_ref = 0, same_as_base = 0, ties = 0;
   double worst_rel = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -256,7 +313,6 @@ void StepInstance::copy_out(cudaStream_t stream) {
     const RowStats o = row_stats(ours.data() + r * width, ref_row, width);
     worst_rel = std::max(worst_rel, o.rms_error / std::max(o.rms_ref, 1e-30));
     same_as_ref += o.argmax == argmax_of(ref_row, width);
-    if (base.empty()) continue;
     const RowStats b = row_stats(base.data() + r * width, ref_row, width);
     if (o.argmax == b.argmax) ++same_as_base;
     else if (std::abs(ref_row[o.argmax] - ref_row[b.argmax]) <= 2 * (o.rms_error + b.rms_error)) ++ties;
@@ -264,12 +320,11 @@ void StepInstance::copy_out(cudaStream_t stream) {
   metrics_ = {{"tokens_per_step", double(rows)},
               {"logits_rel_rms_error", worst_rel},
               {"argmax_agreement_vs_reference", double(same_as_ref) / double(rows)}};
-  if (base.empty()) return;
-  metrics_.push_back({"argmax_agreement_vs_baseline", double(same_as_base) / double(rows)});
-  metrics_.push_back({"argmax_near_ties_vs_baseline", double(ties)});
+  if (!vs_reference) metrics_.push_back({"argmax_agreement_vs_baseline", double(same_as_base) / double(rows)});
+  metrics_.push_back({"argmax_near_ties_vs_" + other, double(ties)});
   if (double(same_as_base + ties) < kMinAgreement * double(rows))
     throw std::runtime_error(fmt::format(
-        "argmax check: the same token as the baseline on {} of {} rows and {} near ties, under {:.0f}% of rows",
+        "argmax check: the same token as the {} on {} of {} rows and {} near ties, under {:.0f}% of rows", other,
         same_as_base, rows, ties, 100 * kMinAgreement));
 }
 
@@ -281,7 +336,9 @@ const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const De
 std::string ours_unsupported(const Case& c) {
   const StepCase s(c);
   const LlamaShape& m = s.model;
-  if (std::string why = core_gemms_unsupported(m, s.batch, true); !why.empty()) return why;
+  const std::string gemms = s.weights == WeightsFormat::bf16 ? core_gemms_unsupported(m, s.batch, true)
+                                                             : weight_only_layers_unsupported(m, s.batch);
+  if (!gemms.empty()) return gemms;
   kernels::PagedKv kv;
   kv.batch = s.batch;
   kv.kv_heads = m.kv_heads;
@@ -292,7 +349,24 @@ std::string ours_unsupported(const Case& c) {
   return kernels::rope_unsupported(rope_shape(m, s.batch));
 }
 
+// The cuBLASLt compositions on w4a16 weights: refused where the dequantized copy exceeds the GPU's
+// whole memory (70B's 137 GB); where it only exceeds the free memory, prepare refuses (OutOfMemory).
+std::string bf16_copy_unsupported(const Case& c) {
+  const StepCase s(c);
+  if (s.weights != WeightsFormat::w4a16) return "";
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+    return "no CUDA device";
+  const double needs = with_dequantized_copy_bytes(s);
+  if (needs <= double(prop.totalGlobalMem)) return "";
+  return fmt::format("runs cuBLASLt on the w4a16 weights dequantized to bf16 ({:.1f} GB): with the packed weights, KV "
+                     "and the rest {:.1f} GB, more than this GPU's {:.1f} GB",
+                     s.bf16_weight_bytes() / 1e9, needs / 1e9, double(prop.totalGlobalMem) / 1e9);
+}
+
 std::string peer_unsupported(const Case& c) {
+  if (std::string why = bf16_copy_unsupported(c); !why.empty()) return why;
   const StepCase s(c);
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
@@ -320,16 +394,28 @@ void register_decode_step(Registry& registry) {
   op.summary = "One decode step of a Llama-2 model (N layers, paged KV cache, LM head) for a batch of sequences, "
                "each composition one CUDA graph";
   op.reference_note = "fp32 composition of the ops' reference kernels (rmsnorm, gemm_bf16, rope, attention_decode) on "
-                      "the same bf16 weights and cache; argmax against the baseline's";
+                      "the same bf16 weights (w4a16: dequantized) and cache; argmax against the baseline's (the "
+                      "reference's where the baseline cannot run)";
   op.axes = llama_model_axes();
   op.axes.insert(op.axes.end(),
                  {{"batch", Axis::Kind::integer, std::nullopt, "sequences, one new token each"},
                   {"context", Axis::Kind::integer, std::nullopt, "tokens each sequence holds, the new one included"},
-                  {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"}});
+                  {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"},
+                  {"weights", Axis::Kind::string, Value(std::string("bf16")),
+                   "the linear layers' weights: bf16, or w4a16 (int4, symmetric, a scale per 128 of K; norms and "
+                   "LM head bf16)"}});
   op.dtypes = {DType::bf16};
   op.baseline = "baseline";
   op.invalid = [](const Case& c) -> std::string {
     if (std::string why = llama_shape_invalid(c); !why.empty()) return why;
+    const auto format = weights_format(c.params.s("weights"));
+    if (!format) return "weights must be bf16 or w4a16, not '" + c.params.s("weights") + "'";
+    if (*format == WeightsFormat::w4a16)
+      for (Linear which : kLinears) {
+        const kernels::gemm::WeightShape w = linear_shape(llama_shape(c), which);
+        if (std::string why = kernels::gemm::weight_only_unsupported(w.n, w.k, kW4a16); !why.empty())
+          return "w4a16 weights: " + why;
+      }
     const StepCase s(c);
     if (s.batch < 1 || s.context < 1) return "batch and context must be >= 1";
     if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
@@ -346,15 +432,16 @@ void register_decode_step(Registry& registry) {
   };
   op.impls.push_back(step_impl("baseline", Role::baseline,
                                "cuBLASLt GEMMs (fastest of 8, per shape), cuDNN RMSNorm, cuDNN SDPA on the pages, unfused "
-                               "RoPE, KV append, SiLU·mul and residual adds",
-                               nullptr, make_baseline_step));
+                               "RoPE, KV append, SiLU·mul and residual adds; w4a16: on the dequantized weights",
+                               bf16_copy_unsupported, make_baseline_step));
   op.impls.push_back(step_impl("flashinfer", Role::peer,
                                "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
-                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE",
+                               "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE; w4a16: on the dequantized weights",
                                peer_unsupported, make_peer_step));
   op.impls.push_back(step_impl("ours", Role::ours,
                                "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
-                               "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue)",
+                               "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue); w4a16: the weight-only "
+                               "decode GEMM for the layers' GEMMs, SiLU·mul between gate|up and down",
                                ours_unsupported, make_ours_step));
   registry.add(std::move(op));
 }

@@ -72,7 +72,90 @@ OwnedTensor norm_weight(int64_t hidden, const char* what, uint64_t seed, cudaStr
 
 }  // namespace
 
-LlamaWeights::LlamaWeights(const LlamaShape& s, uint64_t seed, cudaStream_t stream) {
+std::optional<WeightsFormat> weights_format(const std::string& name) {
+  if (name == "bf16") return WeightsFormat::bf16;
+  if (name == "w4a16") return WeightsFormat::w4a16;
+  return std::nullopt;
+}
+
+kernels::gemm::WeightShape linear_shape(const LlamaShape& m, Linear which) {
+  const int64_t attn = int64_t(m.heads) * m.head_dim;
+  switch (which) {
+    case Linear::qkv: return {m.qkv_width(), m.hidden};
+    case Linear::o_proj: return {m.hidden, attn};
+    case Linear::gate_up: return {2 * int64_t(m.ffn), m.hidden};
+    case Linear::down: return {m.hidden, m.ffn};
+  }
+  return {};
+}
+
+int64_t QuantizedLinear::scale_bytes(const kernels::gemm::WeightShape& s) {
+  return 2 * kernels::gemm::scale_groups(s.k, kW4a16.group) * s.n;
+}
+
+int64_t QuantizedLinear::bytes(const kernels::gemm::WeightShape& s) {
+  return kernels::gemm::packed_bytes(s, kW4a16.bits) + scale_bytes(s);
+}
+
+kernels::gemm::WeightOnlyGemmArgs QuantizedLinear::args(const void* x, void* y, int64_t m) const {
+  kernels::gemm::WeightOnlyGemmArgs a;
+  a.x = x;
+  a.packed = packed.get();
+  a.scales = scales.get();
+  a.out = y;
+  a.m = m;
+  a.n = shape.n;
+  a.k = shape.k;
+  a.format = kW4a16;
+  return a;
+}
+
+const OwnedTensor& LlamaLayerWeights::linear(Linear which) const {
+  switch (which) {
+    case Linear::qkv: return wqkv;
+    case Linear::o_proj: return wo;
+    case Linear::gate_up: return w_gate_up;
+    case Linear::down: return w_down;
+  }
+  return wqkv;
+}
+
+namespace {
+
+// The largest linear weight's elements (N·K).
+int64_t largest_linear(const LlamaShape& s) {
+  int64_t most = 0;
+  for (Linear which : kLinears) {
+    const kernels::gemm::WeightShape w = linear_shape(s, which);
+    most = std::max(most, w.n * w.k);
+  }
+  return most;
+}
+
+// `bf16` [N, K] → its W4A16 form; with `dequantize_back`, bf16 then holds the dequantized weight (what
+// the kernels compute with).
+QuantizedLinear quantize_linear(const OwnedTensor& bf16, DeviceBuffer& codes, bool dequantize_back,
+                                cudaStream_t stream) {
+  namespace g = kernels::gemm;
+  QuantizedLinear q;
+  q.shape = {bf16->shape[0], bf16->shape[1]};
+  q.packed = DeviceBuffer(size_t(g::packed_bytes(q.shape, kW4a16.bits)), "W4A16 packed weights");
+  q.scales = DeviceBuffer(size_t(QuantizedLinear::scale_bytes(q.shape)), "W4A16 scales");
+  g::quantize_weight_only(bf16->data, q.shape, kW4a16, codes.as<uint8_t>(), q.scales.get(), nullptr, stream);
+  g::pack_weight_only(codes.as<uint8_t>(), q.shape, kW4a16.bits, q.packed.get(), stream);
+  if (dequantize_back) g::dequantize_weight_only(q.args(nullptr, nullptr, 0), bf16->data, stream);
+  return q;
+}
+
+}  // namespace
+
+double LlamaWeights::setup_scratch_bytes(const LlamaShape& s) { return 3.0 * double(largest_linear(s)); }
+
+LlamaWeights::LlamaWeights(const LlamaShape& s, uint64_t seed, cudaStream_t stream, WeightsFormat format_,
+                           bool keep_dequantized)
+    : format(format_), bf16_linears(format_ == WeightsFormat::bf16 || keep_dequantized) {
+  DeviceBuffer codes;
+  if (format == WeightsFormat::w4a16) codes = DeviceBuffer(size_t(largest_linear(s)), "W4A16 codes (setup)");
   for (int l = 0; l < s.layers; ++l) {
     const uint64_t base = seed + 16 * uint64_t(l);
     LlamaLayerWeights w;
@@ -82,10 +165,40 @@ LlamaWeights::LlamaWeights(const LlamaShape& s, uint64_t seed, cudaStream_t stre
     w.ffn_norm = norm_weight(s.hidden, "FFN norm weight", base + 3, stream);
     w.w_gate_up = weight({2 * int64_t(s.ffn), s.hidden}, "W_gate|up", base + 4, stream);
     w.w_down = weight({s.hidden, s.ffn}, "W_down", base + 5, stream);
+    if (format == WeightsFormat::w4a16) {
+      OwnedTensor* linears[] = {&w.wqkv, &w.wo, &w.w_gate_up, &w.w_down};  // kLinears' order
+      for (Linear which : kLinears) {
+        OwnedTensor& t = *linears[size_t(which)];
+        w.quantized[size_t(which)] = quantize_linear(t, codes, bf16_linears, stream);
+        if (!bf16_linears) {
+          CUDA_CHECK(cudaStreamSynchronize(stream));  // the quantizer has read it
+          t = OwnedTensor();
+        }
+      }
+    }
     layers.push_back(std::move(w));
   }
   final_norm = norm_weight(s.hidden, "final norm weight", seed + 16 * uint64_t(s.layers), stream);
   lm_head = weight({s.vocab, s.hidden}, "LM head", seed + 16 * uint64_t(s.layers) + 1, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // before the codes scratch is freed
+}
+
+std::array<const void*, 4> LlamaWeights::bf16_layer(int l, std::array<DeviceBuffer, 4>& scratch,
+                                                    cudaStream_t stream) const {
+  const LlamaLayerWeights& w = layers[size_t(l)];
+  std::array<const void*, 4> out{};
+  for (Linear which : kLinears) {
+    const size_t i = size_t(which);
+    if (bf16_linears) {
+      out[i] = w.linear(which)->data;
+      continue;
+    }
+    const QuantizedLinear& q = w.quantized[i];
+    if (!scratch[i].get()) scratch[i] = DeviceBuffer(size_t(2 * q.shape.n * q.shape.k), "dequantized weight");
+    kernels::gemm::dequantize_weight_only(q.args(nullptr, nullptr, 0), scratch[i].get(), stream);
+    out[i] = scratch[i].get();
+  }
+  return out;
 }
 
 LlamaKvCache::LlamaKvCache(const LlamaShape& s, const std::vector<int>& lens, int page_size_, uint64_t seed,

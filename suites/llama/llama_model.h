@@ -3,13 +3,16 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/op.h"
 #include "harness/tensor.h"
 #include "kernels/attention/paged_kv.h"
+#include "kernels/gemm/weight_only_gemm.h"
 
 namespace topt::suites {
 
@@ -33,7 +36,34 @@ LlamaShape llama_shape(const Case& c);
 // Why the model axes of a case make no model ("" if they do).
 std::string llama_shape_invalid(const Case& c);
 
+// How the linear layers' weights (QKV, O, gate|up, down) are stored; norms and the LM head stay bf16.
+// w4a16: int4, symmetric, a bf16 scale per 128 of K (kW4a16), quantized from the bf16 weights the
+// seed gives, at model build time.
+enum class WeightsFormat { bf16, w4a16 };
+constexpr kernels::gemm::WeightFormat kW4a16{4, 128, false};
+// The `weights` axis's value ("bf16", "w4a16") → the format; "" names no format (std::nullopt).
+std::optional<WeightsFormat> weights_format(const std::string& name);
+
+// A layer's linear weights, in the order LlamaLayerWeights::linear() takes them.
+enum class Linear { qkv, o_proj, gate_up, down };
+constexpr std::array<Linear, 4> kLinears = {Linear::qkv, Linear::o_proj, Linear::gate_up, Linear::down};
+// (N, K) of a linear weight: y[M, N] = x[M, K] · W[N, K]ᵀ.
+kernels::gemm::WeightShape linear_shape(const LlamaShape& m, Linear which);
+
+// A linear weight in W4A16: the packed int4 codes (weight_only_layout.h) and the scales [groups, N] bf16.
+struct QuantizedLinear {
+  kernels::gemm::WeightShape shape;
+  DeviceBuffer packed, scales;
+  // Bytes the decode GEMM reads: the packed codes and the scales, as laid out.
+  static int64_t bytes(const kernels::gemm::WeightShape& s);
+  static int64_t scale_bytes(const kernels::gemm::WeightShape& s);  // [groups, N] bf16
+  // The weight-only GEMM's arguments for y[m, N] = x[m, K] · dequant(W)ᵀ.
+  kernels::gemm::WeightOnlyGemmArgs args(const void* x, void* y, int64_t m) const;
+};
+
 // One layer's weights, bf16: std 1/sqrt(fan_in) (uniform), norm weights uniform in [0.9, 1.1].
+// With w4a16 weights the four linear weights are `quantized`, and the bf16 tensors hold their
+// dequantized values only where LlamaWeights::bf16_linears (else they are empty).
 struct LlamaLayerWeights {
   OwnedTensor attn_norm;  // [hidden]
   OwnedTensor wqkv;       // [(heads + 2·kv_heads)·head_dim, hidden]: W_q; W_k; W_v
@@ -41,15 +71,30 @@ struct LlamaLayerWeights {
   OwnedTensor ffn_norm;   // [hidden]
   OwnedTensor w_gate_up;  // [2·ffn, hidden]: W_gate; W_up (as cuBLAS and the unfused SiLU·mul read it)
   OwnedTensor w_down;     // [hidden, ffn]
+  std::array<QuantizedLinear, 4> quantized;  // w4a16 only, by Linear
+  const OwnedTensor& linear(Linear which) const;
 };
 
 // One weight set per layer (7B: 13.5 GB, 13B: 26 GB): a shared set would let every layer's weights
 // after the first come from L2 in no real model.
 struct LlamaWeights {
+  WeightsFormat format = WeightsFormat::bf16;
+  // Whether the layers' bf16 linear tensors are held: always with bf16 weights; with w4a16 where the
+  // model was built with `keep_dequantized` (they then hold the dequantized weights, for the
+  // cuBLASLt compositions and the reference).
+  bool bf16_linears = true;
   std::vector<LlamaLayerWeights> layers;
   OwnedTensor final_norm;  // [hidden]
   OwnedTensor lm_head;     // [vocab, hidden]
-  LlamaWeights(const LlamaShape& shape, uint64_t seed, cudaStream_t stream);
+  // w4a16: each linear weight drawn in bf16 as the bf16 model's, quantized and packed on the device
+  // one tensor at a time (the bf16 draw and its codes are the only scratch: setup_scratch_bytes).
+  LlamaWeights(const LlamaShape& shape, uint64_t seed, cudaStream_t stream, WeightsFormat format = WeightsFormat::bf16,
+               bool keep_dequantized = false);
+  // Layer l's linear weights in bf16, by Linear: the held tensors, or (w4a16 without them) dequantized
+  // into `scratch` (sized here on first use; valid until the next call with the same scratch).
+  std::array<const void*, 4> bf16_layer(int l, std::array<DeviceBuffer, 4>& scratch, cudaStream_t stream) const;
+  // The device scratch the w4a16 build takes at once: the largest linear weight in bf16 and its codes.
+  static double setup_scratch_bytes(const LlamaShape& shape);
 };
 
 // The KV cache of every layer: one pool per layer, [num_pages, kv_heads, page_size, head_dim] each

@@ -4,6 +4,7 @@
 // the model's cache is: the new token's K and V are rounded once when they are stored.
 #include <cuda_bf16.h>
 
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -56,14 +57,16 @@ __global__ void store_new_kv_kernel(const float* k, const float* v, kernels::Pag
 
 const __nv_bfloat16* bf16(const OwnedTensor& t) { return t->as<__nv_bfloat16>(); }
 
-// y = (SiLU(xn·W_gateᵀ) ⊙ xn·W_upᵀ)·W_downᵀ in fp32 over `rows` rows; gate_up and h are scratch.
-void ffn_reference(const LlamaShape& m, const LlamaLayerWeights& w, const float* xn, float* gate_up, float* h,
-                   float* y, int64_t rows, cudaStream_t s) {
-  gemm_reference(F32Loader{xn, m.hidden}, Bf16Loader{bf16(w.w_gate_up), m.hidden}, gate_up, rows, 2 * int64_t(m.ffn),
-                 m.hidden, s);
+// y = (SiLU(xn·W_gateᵀ) ⊙ xn·W_upᵀ)·W_downᵀ in fp32 over `rows` rows, W_gate|up and W_down bf16;
+// gate_up and h are scratch.
+void ffn_reference(const LlamaShape& m, const void* w_gate_up, const void* w_down, const float* xn, float* gate_up,
+                   float* h, float* y, int64_t rows, cudaStream_t s) {
+  gemm_reference(F32Loader{xn, m.hidden}, Bf16Loader{static_cast<const __nv_bfloat16*>(w_gate_up), m.hidden}, gate_up,
+                 rows, 2 * int64_t(m.ffn), m.hidden, s);
   silu_mul_reference_kernel<<<blocks_for(rows * m.ffn), kThreads, 0, s>>>(gate_up, h, rows, m.ffn);
   CUDA_CHECK_LAUNCH();
-  gemm_reference(F32Loader{h, m.ffn}, Bf16Loader{bf16(w.w_down), m.ffn}, y, rows, m.hidden, int64_t(m.ffn), s);
+  gemm_reference(F32Loader{h, m.ffn}, Bf16Loader{static_cast<const __nv_bfloat16*>(w_down), m.ffn}, y, rows, m.hidden,
+                 int64_t(m.ffn), s);
 }
 
 }  // namespace
@@ -92,20 +95,27 @@ void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream
     rmsnorm_reference_gpu_f32(y.as<float>(), x, w, x_next, xn.as<float>(), batch, hidden, m.eps, DType::bf16, s);
     std::swap(x, x_next);
   };
+  std::array<DeviceBuffer, 4> dequantized;  // w4a16 without the bf16 copy: one layer's weights at a time
+  auto weight = [](const std::array<const void*, 4>& linears, Linear which) {
+    return static_cast<const __nv_bfloat16*>(linears[size_t(which)]);
+  };
   for (int l = 0; l < m.layers; ++l) {
     const LlamaLayerWeights& w = W.layers[size_t(l)];
+    const std::array<const void*, 4> linears = W.bf16_layer(l, dequantized, s);
     const kernels::PagedKv kv = p.cache.layer(l, m);
-    gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{bf16(w.wqkv), hidden}, qkv.as<float>(), batch,
-                   m.qkv_width(), hidden, s);
+    gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{weight(linears, Linear::qkv), hidden},
+                   qkv.as<float>(), batch, m.qkv_width(), hidden, s);
     rope_reference_gpu(qkv.as<float>(), p.cache.positions.as<int32_t>(), q.as<float>(), k.as<float>(), v.as<float>(),
                        rope, s);
     store_new_kv_kernel<<<unsigned(batch), kThreads, 0, s>>>(k.as<float>(), v.as<float>(), kv,
                                                              p.cache.positions.as<int32_t>());
     CUDA_CHECK_LAUNCH();
     decode_reference_gpu(q.get(), DType::f32, kv, m.heads, 1, p.cache.max_len, scale, o.as<float>(), s);
-    gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{bf16(w.wo), attn}, y.as<float>(), batch, hidden, attn, s);
+    gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{weight(linears, Linear::o_proj), attn}, y.as<float>(),
+                   batch, hidden, attn, s);
     add_norm(w.ffn_norm->data);
-    ffn_reference(m, w, xn.as<float>(), gate_up.as<float>(), h.as<float>(), y.as<float>(), batch, s);
+    ffn_reference(m, linears[size_t(Linear::gate_up)], linears[size_t(Linear::down)], xn.as<float>(),
+                  gate_up.as<float>(), h.as<float>(), y.as<float>(), batch, s);
     add_norm(l + 1 < m.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data);
   }
   gemm_reference(F32Loader{xn.as<float>(), hidden}, Bf16Loader{bf16(W.lm_head), hidden}, logits, batch, m.vocab,
@@ -137,7 +147,8 @@ void llama_layer_reference(const LlamaShape& m, const LlamaLayerWeights& w, cons
   gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{bf16(w.wo), attn}, y.as<float>(), tokens, hidden, attn, s);
   rmsnorm_reference_gpu_f32(y.as<float>(), x.as<float>(), w.ffn_norm->data, x_mid.as<float>(), xn.as<float>(), tokens,
                             hidden, m.eps, DType::bf16, s);
-  ffn_reference(m, w, xn.as<float>(), gate_up.as<float>(), h.as<float>(), y.as<float>(), tokens, s);
+  ffn_reference(m, w.w_gate_up->data, w.w_down->data, xn.as<float>(), gate_up.as<float>(), h.as<float>(),
+                y.as<float>(), tokens, s);
   // out = y + x_mid, unrounded (the norm's output, into xn, is not needed).
   rmsnorm_reference_gpu_f32(y.as<float>(), x_mid.as<float>(), w.ffn_norm->data, out, xn.as<float>(), tokens, hidden,
                             m.eps, DType::bf16, s);

@@ -23,13 +23,15 @@ Case rope_case(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim
   return make_case("rope", p, dt);
 }
 
-// The tiny model: hidden 256, 2 heads of 128 over 1 KV head (GQA group 2), FFN 704, vocab 1024.
-Case step_case(int64_t layers, int64_t batch, int64_t context) {
+// The tiny model: hidden 256, 2 heads of 128 over 1 KV head (GQA group 2), FFN 704, vocab 1024; its
+// linear weights bf16 or w4a16 (g128: down's K = 704 ends in half a group).
+Case step_case(int64_t layers, int64_t batch, int64_t context, const char* weights = "bf16") {
   Params p;
   for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
            {"hidden", 256}, {"heads", 2}, {"kv_heads", 1}, {"ffn", 704}, {"vocab", 1024}, {"layers", layers},
            {"batch", batch}, {"context", context}})
     p.set(name, value);
+  p.set("weights", std::string(weights));
   return make_case("decode_step", p, DType::bf16);
 }
 
@@ -147,16 +149,30 @@ TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
     }
 }
 
+// w4a16: ours (the weight-only decode GEMMs) against the reference on the dequantized weights, and
+// the baseline and peer on those weights in bf16 (the tiny model's copy fits), agreeing on the argmax.
+TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
+  skip_under_racecheck();
+  for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
+    for (const char* impl : {"baseline", "flashinfer", "ours"}) {
+      const Case c = step_case(2, batch, context, "w4a16");
+      const CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
+    }
+}
+
 // The step appends its new tokens' K/V at the same positions every launch: every launch's logits pass.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
   skip_under_racecheck();
-  Prepared p = prepare_ours(step_case(3, 4, 40), 99);
-  for (int launch = 0; launch < 3; ++launch) {
-    for (auto& out : p.problem->outputs()) poison_nan(out, stream);
-    p.ours->launch(stream);
-    p.ours->copy_out(stream);
-    const CheckResult r = check_outputs(*p.problem, p.ref, stream);
-    EXPECT_TRUE(r.passes()) << "launch " << launch << ": " << r.describe();
+  for (const char* weights : {"bf16", "w4a16"}) {
+    Prepared p = prepare_ours(step_case(3, 4, 40, weights), 99);
+    for (int launch = 0; launch < 3; ++launch) {
+      for (auto& out : p.problem->outputs()) poison_nan(out, stream);
+      p.ours->launch(stream);
+      p.ours->copy_out(stream);
+      const CheckResult r = check_outputs(*p.problem, p.ref, stream);
+      EXPECT_TRUE(r.passes()) << weights << ", launch " << launch << ": " << r.describe();
+    }
   }
 }
 
@@ -207,6 +223,34 @@ TEST_F(DecodeStepOp, RefusesWhatDoesNotFit) {
     FAIL() << "a 550 GB case was accepted";
   } catch (const OutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("GB"), std::string::npos) << e.what();
+  }
+}
+
+// 70B w4a16 fits one 80 GB GPU (36 GB of packed weights); its bf16 weights (137.4 GB) do not, so the
+// baseline is refused naming the bytes (and ours' argmax is then checked against the reference).
+TEST_F(DecodeStepOp, W4a16At70bRefusesTheBf16Baseline) {
+  skip_under_racecheck();
+  Params p;
+  for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
+           {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn", 28672}, {"vocab", 32000}, {"layers", 80},
+           {"batch", 1}, {"context", 1024}})
+    p.set(name, value);
+  p.set("weights", std::string("w4a16"));
+  const Case c = make_case("decode_step", p, DType::bf16);
+  const OpDef* op = builtin_registry().find(c.op);
+  std::unique_ptr<Problem> problem;
+  try {
+    problem = op->make_problem(c, 1, stream);
+  } catch (const OutOfMemory& e) {
+    GTEST_SKIP() << "70B w4a16 does not fit this GPU: " << e.what();
+  }
+  if (static_cast<const suites::DecodeStepProblem&>(*problem).weights.bf16_linears)
+    GTEST_SKIP() << "this GPU holds 70B's dequantized bf16 weights too";
+  try {
+    op->find_impl("baseline")->prepare(*problem, c, stream);
+    FAIL() << "the bf16 baseline of 70B was prepared";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("137.4 GB"), std::string::npos) << e.what();
   }
 }
 

@@ -17,6 +17,17 @@ Case step_7b(int64_t run_layers) {
            {"hidden", 4096}, {"heads", 32}, {"kv_heads", 32}, {"head_dim", 128}, {"ffn", 11008}, {"vocab", 32000},
            {"layers", 32}, {"run_layers", run_layers}, {"batch", 1}, {"context", 1024}, {"page_size", 16}})
     c.params.set(name, value);
+  c.params.set("weights", std::string("bf16"));
+  return c;
+}
+
+// Llama-2-70B's shape (the `model: llama2-70b` preset) with W4A16 weights.
+Case step_70b_w4a16(int64_t batch) {
+  Case c = step_7b(0);
+  for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
+           {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn", 28672}, {"layers", 80}, {"batch", batch}})
+    c.params.set(name, value);
+  c.params.set("weights", std::string("w4a16"));
   return c;
 }
 
@@ -78,6 +89,33 @@ TEST(DecodeStep, CostIsWeightsAndKvRead) {
   EXPECT_NEAR(cost.bytes, 2 * 6.607e9 + kv, 0.02e9);
   EXPECT_TRUE(cost.reads_only);
   EXPECT_NEAR(cost.bytes / 3.1e12 * 1e3, 4.44, 0.02);  // ms
+}
+
+// 70B w4a16's floor bytes: per layer the packed int4 codes (N·K / 2) and the g128 bf16 scales
+// (N·K / 64) of Wqkv [10240, 8192], Wo [8192, 8192], W_gate|up [57344, 8192], W_down [8192, 28672];
+// the norms and the LM head in bf16; the KV of 8 heads (35.8 GB + 0.34 GB: 11.7 ms at 3.1 TB/s).
+TEST(DecodeStep, W4a16CostIsPackedWeightsScalesAndKv) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  const Cost cost = op->cost(step_70b_w4a16(1));
+  const double linears = 10240.0 * 8192 + 8192.0 * 8192 + 57344.0 * 8192 + 8192.0 * 28672;
+  const double norms = 2.0 * (2 * 80 + 1) * 8192, lm_head = 2.0 * 32000 * 8192, kv = 80.0 * 2 * 1024 * 8 * 128 * 2;
+  EXPECT_NEAR(cost.bytes, 80 * linears * (0.5 + 1.0 / 64) + norms + lm_head + kv, 1e3);
+  EXPECT_NEAR(StepCase(step_70b_w4a16(1)).bf16_weight_bytes(), 137.4e9, 0.1e9);
+}
+
+TEST(DecodeStep, W4a16RefusesWhatItsKernelsCannotTake) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  Case c = step_70b_w4a16(16);
+  EXPECT_EQ(op->invalid(c), "");
+  c.params.set("weights", std::string("int3"));
+  EXPECT_NE(op->invalid(c).find("weights must be bf16 or w4a16"), std::string::npos) << op->invalid(c);
+  c = step_70b_w4a16(65);  // past the decode GEMM's 64 rows (refused before any device query)
+  EXPECT_NE(op->find_impl("ours")->unsupported(c).find("64 rows"), std::string::npos);
+  c = step_70b_w4a16(1);
+  c.params.set("ffn", int64_t(28676));  // down's K not a multiple of 8
+  EXPECT_NE(op->invalid(c).find("w4a16 weights: k = 28676"), std::string::npos) << op->invalid(c);
 }
 
 }  // namespace topt::suites
