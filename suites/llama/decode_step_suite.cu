@@ -32,7 +32,8 @@ StepCase::StepCase(const Case& c)
     : model(llama_shape(c)),
       batch(int(c.params.i("batch"))),
       context(int(c.params.i("context"))),
-      page_size(int(c.params.i("page_size"))) {}
+      page_size(int(c.params.i("page_size"))),
+      q_len(int(c.params.i("q_len"))) {}
 
 // Per layer, roundings to bf16 on an element's way that scale with it: the attention norm's output,
 // QKV, RoPE, attention's output, O, the residual add, the FFN norm's output, gate|up, SiLU·mul, down,
@@ -85,6 +86,12 @@ __global__ void __launch_bounds__(kReadThreads)
 
 namespace {
 
+// The baseline and the peer compose the plain step (one token per sequence: cuDNN's SDPA graph and
+// FlashInfer's plan are built for q_len 1); the verify pass (q_len > 1) is ours' and the reference's.
+std::string plain_step_only(const StepCase& s) {
+  return s.q_len == 1 ? "" : "q_len > 1 (the verify pass): only ours and the reference compose it";
+}
+
 // The case, once its weights, caches, ours' interleaved gate|up copy and 2 GB for the rest
 // (activations, workspaces, the reference's scratch, the baseline that ours is compared with) fit the
 // device's free memory; OutOfMemory naming the sizes otherwise.
@@ -101,9 +108,9 @@ StepCase fitting_device(const Case& c) {
 DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream)
     : shape(fitting_device(c)),
       weights(shape.model, seed, stream),
-      cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream),
-      x_in(DType::bf16, {shape.batch, shape.model.hidden}, "x_in"),
-      logits(DType::bf16, {shape.batch, shape.model.vocab}, "logits"),
+      cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream, shape.q_len),
+      x_in(DType::bf16, {shape.rows(), shape.model.hidden}, "x_in"),
+      logits(DType::bf16, {shape.rows(), shape.model.vocab}, "logits"),
       sink_(16, "floor sink") {
   fill_uniform(*x_in, seed + 1, -1.f, 1.f, stream);
   // The floor's ranges: every weight tensor, every layer's K and V pages.
@@ -166,6 +173,7 @@ const std::vector<double>& DecodeStepProblem::reference_logits(cudaStream_t stre
 const std::vector<double>& DecodeStepProblem::baseline_logits(cudaStream_t stream) const {
   if (baseline_done_) return baseline_host_;
   baseline_done_ = true;
+  if (!plain_step_only(shape).empty()) return baseline_host_;  // empty: the baseline cannot run the case
   OwnedTensor out(DType::bf16, logits->shape, "baseline logits");
   try {
     make_baseline_step(*this, out->data, stream);  // its prepare runs one step eagerly before the capture
@@ -210,7 +218,7 @@ void GraphedInstance::capture(cudaStream_t stream) {
 void GraphedInstance::launch(cudaStream_t stream) { CUDA_CHECK(cudaGraphLaunch(graph_, stream)); }
 
 StepInstance::StepInstance(const DecodeStepProblem& p, void* logits_out)
-    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.batch) {}
+    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.rows()) {}
 
 namespace {
 
@@ -242,7 +250,7 @@ int64_t argmax_of(const double* row, int64_t width) { return std::max_element(ro
 // Agreeing rows and near ties must make >= 99% of the rows; a failure throws (the row fails, named).
 void StepInstance::copy_out(cudaStream_t stream) {
   constexpr double kMinAgreement = 0.99;
-  const int64_t rows = p_.shape.batch, width = m_.vocab;
+  const int64_t rows = p_.shape.rows(), width = m_.vocab;
   const Tensor out{logits_out_, DType::bf16, {rows, width}};
   const std::vector<double> ours = to_host_f64(out, stream);
   // An element left unwritten or overflowed: the element check names it; no argmax to take.
@@ -273,29 +281,31 @@ void StepInstance::copy_out(cudaStream_t stream) {
         same_as_base, rows, ties, 100 * kMinAgreement));
 }
 
-namespace {
-
-const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const DecodeStepProblem&>(p); }
-
 // Ours' kernels refuse: GEMM shapes, the decode attention's cache, RoPE.
-std::string ours_unsupported(const Case& c) {
+std::string ours_step_unsupported(const Case& c) {
   const StepCase s(c);
   const LlamaShape& m = s.model;
-  if (std::string why = core_gemms_unsupported(m, s.batch, true); !why.empty()) return why;
+  if (std::string why = core_gemms_unsupported(m, s.rows(), true); !why.empty()) return why;
   kernels::PagedKv kv;
   kv.batch = s.batch;
   kv.kv_heads = m.kv_heads;
   kv.head_dim = m.head_dim;
   kv.page_size = s.page_size;
   kv.dtype = DType::bf16;
-  if (std::string why = kernels::decode_unsupported(kv, {m.heads, 1, s.context}); !why.empty()) return why;
-  return kernels::rope_unsupported(rope_shape(m, s.batch));
+  if (std::string why = kernels::decode_unsupported(kv, {m.heads, s.q_len, s.context + s.q_len - 1}); !why.empty())
+    return why;
+  return kernels::rope_unsupported(rope_shape(m, s.rows()));
 }
+
+namespace {
+
+const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const DecodeStepProblem&>(p); }
 
 std::string peer_unsupported(const Case& c) {
   const StepCase s(c);
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
+  if (std::string why = plain_step_only(s); !why.empty()) return why;
   if (std::string why = fi::fused_add_rmsnorm_unsupported(m.hidden); !why.empty()) return why;
   if (std::string why = fi::silu_and_mul_unsupported(m.ffn); !why.empty()) return why;
   return m.heads / m.kv_heads >= 4 ? fi::batch_prefill_unsupported(m.head_dim, m.heads, m.kv_heads, DType::bf16, true)
@@ -325,21 +335,23 @@ void register_decode_step(Registry& registry) {
   op.axes.insert(op.axes.end(),
                  {{"batch", Axis::Kind::integer, std::nullopt, "sequences, one new token each"},
                   {"context", Axis::Kind::integer, std::nullopt, "tokens each sequence holds, the new one included"},
-                  {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"}});
+                  {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"},
+                  {"q_len", Axis::Kind::integer, Value(int64_t(1)),
+                   "new tokens per sequence, causal among themselves (K + 1: speculation's verify pass)"}});
   op.dtypes = {DType::bf16};
   op.baseline = "baseline";
   op.invalid = [](const Case& c) -> std::string {
     if (std::string why = llama_shape_invalid(c); !why.empty()) return why;
     const StepCase s(c);
-    if (s.batch < 1 || s.context < 1) return "batch and context must be >= 1";
+    if (s.batch < 1 || s.context < 1 || s.q_len < 1) return "batch, context and q_len must be >= 1";
     if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
     return "";
   };
   op.cost = [](const Case& c) {
     const StepCase s(c);
     const LlamaShape& m = s.model;
-    const double attention = 4.0 * s.batch * double(s.context) * m.heads * m.head_dim * m.layers;
-    return Cost{2.0 * s.batch * double(m.weights()) + attention, s.weight_bytes() + s.kv_bytes(), true};
+    const double attention = 4.0 * double(s.rows()) * double(s.context) * m.heads * m.head_dim * m.layers;
+    return Cost{2.0 * double(s.rows()) * double(m.weights()) + attention, s.weight_bytes() + s.kv_bytes(), true};
   };
   op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
     return std::make_unique<DecodeStepProblem>(c, seed, s);
@@ -347,7 +359,7 @@ void register_decode_step(Registry& registry) {
   op.impls.push_back(step_impl("baseline", Role::baseline,
                                "cuBLASLt GEMMs (fastest of 8, per shape), cuDNN RMSNorm, cuDNN SDPA on the pages, unfused "
                                "RoPE, KV append, SiLU·mul and residual adds",
-                               nullptr, make_baseline_step));
+                               [](const Case& c) { return plain_step_only(StepCase(c)); }, make_baseline_step));
   op.impls.push_back(step_impl("flashinfer", Role::peer,
                                "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
                                "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE",
@@ -355,7 +367,7 @@ void register_decode_step(Registry& registry) {
   op.impls.push_back(step_impl("ours", Role::ours,
                                "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
                                "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue)",
-                               ours_unsupported, make_ours_step));
+                               ours_step_unsupported, make_ours_step));
   registry.add(std::move(op));
 }
 
