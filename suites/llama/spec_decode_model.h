@@ -1,6 +1,6 @@
-// Speculative decoding's speedup under a stated acceptance model (issue 25): host arithmetic only, so
-// the spec_decode op's metrics and the report's "best K per batch" and "crossover batch" follow from
-// measured times by one definition.
+// Speculative decoding's speedup under a stated acceptance model (issue 25): the host arithmetic of
+// the spec_decode op's metrics. The best K per batch and the crossover batch are taken over rows by
+// reports/spec_decode_summary.py.
 //
 // Acceptance model (vLLM's synthetic rejection sampler): each of the K drafts is accepted with
 // probability alpha, independently, given that the ones before it were; a round emits the accepted
@@ -8,12 +8,9 @@
 // sum_{i=0..K} alpha^i = (1 − alpha^(K+1)) / (1 − alpha), K + 1 at alpha = 1.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 namespace topt::suites {
 
@@ -30,42 +27,6 @@ inline double expected_tokens_per_round(double alpha, int draft_len) {
 inline double speculation_speedup(double tokens_per_round, double plain_us, double round_us) {
   if (!(plain_us > 0.0 && round_us > 0.0)) throw std::invalid_argument("step and round times must be > 0");
   return tokens_per_round * plain_us / round_us;
-}
-
-// One measured (batch, K) point at one alpha.
-struct SpeedupPoint {
-  int64_t batch = 0;
-  int draft_len = 0;
-  double speedup = 0;
-};
-
-// The K of the largest speedup among `points` of one batch (the smallest K on ties); 0 when there
-// are none.
-inline int best_draft_len(const std::vector<SpeedupPoint>& points, int64_t batch) {
-  int best = 0;
-  double best_speedup = 0;
-  for (const SpeedupPoint& p : points)
-    if (p.batch == batch && (best == 0 || p.speedup > best_speedup || (p.speedup == best_speedup && p.draft_len < best))) {
-      best = p.draft_len;
-      best_speedup = p.speedup;
-    }
-  return best;
-}
-
-// The smallest batch at which no K pays (the best speedup is under 1): where speculation stops
-// paying. −1 when it pays at every measured batch.
-inline int64_t crossover_batch(const std::vector<SpeedupPoint>& points) {
-  int64_t crossover = -1;
-  std::vector<int64_t> batches;
-  for (const SpeedupPoint& p : points)
-    if (std::find(batches.begin(), batches.end(), p.batch) == batches.end()) batches.push_back(p.batch);
-  for (int64_t b : batches) {
-    double best = 0;
-    for (const SpeedupPoint& p : points)
-      if (p.batch == b) best = std::max(best, p.speedup);
-    if (best < 1.0 && (crossover < 0 || b < crossover)) crossover = b;
-  }
-  return crossover;
 }
 
 }  // namespace topt::suites

@@ -1,5 +1,4 @@
-// spec_decode's host arithmetic: expected tokens per round under the alpha model, the speedup, the
-// best K per batch and the crossover batch.
+// spec_decode's host arithmetic: expected tokens per round under the alpha model, and the speedup.
 #include <gtest/gtest.h>
 
 #include "suites/llama/spec_decode_model.h"
@@ -23,20 +22,6 @@ TEST(SpecDecodeModel, Speedup) {
   EXPECT_NEAR(speculation_speedup(3.3616, 4000, 6000), 3.3616 / 1.5, 1e-12);
   EXPECT_THROW(speculation_speedup(3.0, 0, 6000), std::invalid_argument);
   EXPECT_THROW(speculation_speedup(3.0, 4000, -1), std::invalid_argument);
-}
-
-TEST(SpecDecodeModel, BestDraftLenAndCrossover) {
-  const std::vector<SpeedupPoint> points = {
-      {1, 1, 1.6}, {1, 2, 2.1}, {1, 3, 2.4}, {1, 4, 2.4},   // batch 1: K 3 and 4 tie, the smaller wins
-      {16, 1, 1.2}, {16, 2, 1.3}, {16, 3, 1.1}, {16, 4, 0.9},
-      {64, 1, 0.95}, {64, 2, 0.8}, {64, 3, 0.7}, {64, 4, 0.6},
-      {256, 1, 0.5}};
-  EXPECT_EQ(best_draft_len(points, 1), 3);
-  EXPECT_EQ(best_draft_len(points, 16), 2);
-  EXPECT_EQ(best_draft_len(points, 64), 1);
-  EXPECT_EQ(best_draft_len(points, 4), 0);  // not measured
-  EXPECT_EQ(crossover_batch(points), 64);
-  EXPECT_EQ(crossover_batch({{1, 4, 2.5}, {64, 1, 1.01}}), -1);  // pays everywhere
 }
 
 }  // namespace topt::suites
