@@ -30,11 +30,12 @@ namespace topt::suites {
 
 namespace {
 
-// The alphas of a case ("0.6,0.8,0.9"); throws std::invalid_argument naming a bad one.
+// The alphas of a case ("0.6 0.8 0.9": spaces, since a case's label separates its params by commas);
+// throws std::invalid_argument naming a bad one.
 std::vector<double> parse_alphas(const std::string& text) {
   std::vector<double> alphas;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
+  std::istringstream in(text);
+  for (std::string item; in >> item;) {
     size_t used = 0;
     double a = -1;
     try {
@@ -42,7 +43,7 @@ std::vector<double> parse_alphas(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used == 0 || !(a >= 0 && a < 1))
+    if (used != item.size() || !(a >= 0 && a < 1))
       throw std::invalid_argument("alphas: '" + item + "' is not an acceptance rate in [0, 1)");
     alphas.push_back(a);
   }
@@ -250,8 +251,8 @@ void register_spec_decode(Registry& registry) {
                   {"draft_len", Axis::Kind::integer, std::nullopt, "K: draft tokens per round"},
                   {"draft_layers", Axis::Kind::integer, Value(int64_t(2)),
                    "the draft's layers (the target's width, its own weights)"},
-                  {"alphas", Axis::Kind::string, Value(std::string("0.6,0.8,0.9")),
-                   "acceptance rates the metrics are given at, comma-separated, each in [0, 1)"}});
+                  {"alphas", Axis::Kind::string, Value(std::string("0.6 0.8 0.9")),
+                   "acceptance rates the metrics are given at, space-separated, each in [0, 1)"}});
   op.dtypes = {DType::bf16};
   op.baseline = "ours";
   op.invalid = [](const Case& c) -> std::string {
@@ -280,7 +281,7 @@ void register_spec_decode(Registry& registry) {
     return std::make_unique<SpecDecodeProblem>(c, seed, s);
   };
   op.impls.push_back({"ours", Role::ours,
-                      "decode_step's ours composition: 2-layer draft × K, verify pass at q_len K + 1, our greedy "
+                      "decode_step's ours composition: the draft's step × K, the verify pass at q_len K + 1, our greedy "
                       "rejection_sample, one graph",
                       [](const Case& c) {
                         const int64_t k = c.params.i("draft_len");

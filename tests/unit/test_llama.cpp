@@ -111,14 +111,14 @@ TEST(SpecDecode, InvalidCasesAndCost) {
   c.op = "spec_decode";
   c.params.set("draft_len", int64_t(4));
   c.params.set("draft_layers", int64_t(2));
-  c.params.set("alphas", std::string("0.6,0.8,0.9"));
+  c.params.set("alphas", std::string("0.6 0.8 0.9"));
   EXPECT_EQ(op->invalid(c), "");
   Case verify = step_7b(0), draft = step_7b(2);
   verify.params.set("q_len", int64_t(5));
   const Cost round = op->cost(c), v = builtin_registry().find("decode_step")->cost(verify),
              d = builtin_registry().find("decode_step")->cost(draft);
   EXPECT_NEAR(round.bytes, v.bytes + 4 * d.bytes, 1.0);
-  for (const char* bad : {"0.8,1.0", "0.8,x", "", "-0.1"}) {
+  for (const char* bad : {"0.8 1.0", "0.8 x", "0.8,0.9", "", "-0.1"}) {
     c.params.set("alphas", std::string(bad));
     EXPECT_NE(op->invalid(c).find("alphas"), std::string::npos) << bad;
   }
