@@ -116,7 +116,7 @@ class SpecDecodeProblem : public Problem {
 
 // The median of `samples` back-to-back launches, each between two events, after 3 warm-up launches:
 // the same method for the plain step, the verify pass, the draft step and the round, so their ratios
-// compare like with like (every piece reads far more than the L2 holds, so hot is cold here).
+// compare like with like (at real shapes every piece reads far more than the L2 holds: hot is cold there).
 double median_launch_us(Instance& instance, cudaStream_t stream, int samples = 15) {
   for (int i = 0; i < 3; ++i) instance.launch(stream);
   cudaEvent_t start, stop;
