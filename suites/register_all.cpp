@@ -32,6 +32,7 @@ const Registry& builtin_registry() {
     suites::register_ffn(r);
     suites::register_rope(r);
     suites::register_decode_step(r);
+    suites::register_spec_decode(r);
     suites::register_llama_layer(r);
     suites::register_all_reduce(r);
     suites::register_all_reduce_add_rmsnorm(r);

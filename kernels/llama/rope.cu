@@ -16,23 +16,34 @@ constexpr int kRopeThreads = 256;
 template <class T>
 struct PackedKv {
   T *k, *v;
-  int kv_heads, head_dim;
+  int heads, kv_heads, head_dim;
+  __device__ T* q_row(T* q, int64_t token, int h) const { return q + (token * heads + h) * head_dim; }
   __device__ T* k_row(int64_t token, int /*pos*/, int h) const { return k + (token * kv_heads + h) * head_dim; }
   __device__ T* v_row(int64_t token, int /*pos*/, int h) const {
     return v ? v + (token * kv_heads + h) * head_dim : nullptr;
   }
 };
 
+// Token t of sequence b is row b·q_len + t of qkv; its q goes to attention_decode's layout
+// [batch, heads, q_len, head_dim] (token-major when q_len is 1).
 template <class T>
 struct PagedKvRows {
   PagedKv kv;
+  int heads, q_len;
+  __device__ T* q_row(T* q, int64_t token, int h) const {
+    return q + ((token / q_len * heads + h) * q_len + token % q_len) * kv.head_dim;
+  }
   __device__ int64_t offset(int64_t seq, int pos, int h) const {
     // A contiguous cache (no table) is one page of max_len tokens per sequence (contiguous_kv).
     const int64_t page = kv.block_table ? kv.block_table[seq * kv.max_pages_per_seq + pos / kv.page_size] : seq;
     return ((page * kv.kv_heads + h) * kv.page_size + pos % kv.page_size) * kv.head_dim;
   }
-  __device__ T* k_row(int64_t token, int pos, int h) const { return static_cast<T*>(kv.k_pages) + offset(token, pos, h); }
-  __device__ T* v_row(int64_t token, int pos, int h) const { return static_cast<T*>(kv.v_pages) + offset(token, pos, h); }
+  __device__ T* k_row(int64_t token, int pos, int h) const {
+    return static_cast<T*>(kv.k_pages) + offset(token / q_len, pos, h);
+  }
+  __device__ T* v_row(int64_t token, int pos, int h) const {
+    return static_cast<T*>(kv.v_pages) + offset(token / q_len, pos, h);
+  }
 };
 
 // The rotation of pair i at `pos`: the angle pos · base^(−2i/d) in double, reduced modulo 2π, then
@@ -62,7 +73,7 @@ __global__ void __launch_bounds__(kRopeThreads)
       const float x1 = y1, x2 = y2;
       y1 = x1 * c - x2 * s;
       y2 = x2 * c + x1 * s;
-      dst = h < heads ? q + (token * heads + h) * head_dim : kv_out.k_row(token, pos, h - heads);
+      dst = h < heads ? kv_out.q_row(q, token, h) : kv_out.k_row(token, pos, h - heads);
     } else {
       dst = kv_out.v_row(token, pos, h - heads - kv_heads);
       if (!dst) continue;
@@ -99,17 +110,21 @@ void rope_qkv(const void* qkv, const int32_t* positions, void* q, void* k, void*
               cudaStream_t stream) {
   launch_rope(qkv, positions, q, s, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return PackedKv<T>{static_cast<T*>(k), static_cast<T*>(v), s.kv_heads, s.head_dim};
+    return PackedKv<T>{static_cast<T*>(k), static_cast<T*>(v), s.heads, s.kv_heads, s.head_dim};
   }, stream);
 }
 
 void rope_append_kv(const void* qkv, const int32_t* positions, void* q, const PagedKv& kv, const RopeShape& s,
                     cudaStream_t stream) {
-  if (kv.kv_heads != s.kv_heads || kv.head_dim != s.head_dim || kv.dtype != s.dtype || kv.batch != s.tokens)
-    throw std::invalid_argument("rope_append_kv: the cache's kv_heads, head_dim, dtype or batch differ from the shape's");
+  if (kv.kv_heads != s.kv_heads || kv.head_dim != s.head_dim || kv.dtype != s.dtype || kv.batch < 1 ||
+      s.tokens % kv.batch)
+    throw std::invalid_argument(
+        "rope_append_kv: the cache's kv_heads, head_dim or dtype differ from the shape's, or its batch does not divide "
+        "the tokens");
+  const int q_len = int(s.tokens / kv.batch);
   launch_rope(qkv, positions, q, s, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return PagedKvRows<T>{kv};
+    return PagedKvRows<T>{kv, s.heads, q_len};
   }, stream);
 }
 

@@ -32,9 +32,10 @@ std::string rope_unsupported(const RopeShape& shape);
 void rope_qkv(const void* qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& shape,
               cudaStream_t stream);
 
-// The decode step's fused form: one new token per sequence (token b is sequence b's, tokens = batch),
-// q rotated into q [batch, heads, head_dim], k rotated and v copied straight into the paged cache at
-// position positions[b] of sequence b (its page exists and seq_lens counts it). Writing the same
+// The decode step's fused form: q_len = tokens / batch new tokens per sequence (token b·q_len + t is
+// sequence b's t-th; q_len 1 in a plain step, K + 1 in speculation's verify pass), q rotated into
+// attention_decode's layout q [batch, heads, q_len, head_dim], k rotated and v copied straight into
+// the paged cache at position positions[token] of its sequence (its page exists and seq_lens counts it). Writing the same
 // position again gives the same cache. One launch: RoPE and the KV append fused.
 void rope_append_kv(const void* qkv, const int32_t* positions, void* q, const PagedKv& kv, const RopeShape& shape,
                     cudaStream_t stream);

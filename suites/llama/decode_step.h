@@ -20,15 +20,21 @@ struct StepCase {
   LlamaShape model;
   WeightsFormat weights;
   int batch, context, page_size;
+  int q_len;  // new tokens per sequence: 1 in a plain step, K + 1 in speculation's verify pass
   explicit StepCase(const Case& c);
-  // Every sequence holds `context` tokens, the new one included (position context − 1).
-  std::vector<int> lengths() const { return std::vector<int>(size_t(batch), context); }
+  // Token rows through the layers (the GEMMs' M): batch · q_len, token t of sequence b at b·q_len + t.
+  int64_t rows() const { return int64_t(batch) * q_len; }
+  // Every sequence holds context + q_len − 1 tokens, the new ones included (positions context − 1 …
+  // context + q_len − 2): `context` tokens in a plain step.
+  std::vector<int> lengths() const { return std::vector<int>(size_t(batch), context + q_len - 1); }
   // Weights and the KV bytes one step reads (the floor's bytes): w4a16's packed codes and scales as
   // laid out, its norms and LM head in bf16.
   double weight_bytes() const;
   // The weights in bf16 (w4a16: what the dequantized copy takes).
   double bf16_weight_bytes() const { return 2.0 * double(model.weights()); }
-  double kv_bytes() const { return double(model.layers) * double(LlamaKvCache::bytes(model, int64_t(batch) * context)); }
+  double kv_bytes() const {
+    return double(model.layers) * double(LlamaKvCache::bytes(model, int64_t(batch) * (context + q_len - 1)));
+  }
 };
 
 // The logits' error model for `layers` layers (docs/checks.md "decode_step").
@@ -46,7 +52,7 @@ class DecodeStepProblem : public Problem {
   // "floor": every weight and every cached K/V byte the step reads, read once at this GPU's rate.
   std::vector<ReadBound> read_bounds() const override;
 
-  // The fp32 reference's logits [batch, vocab] on the host (computed once, with the reference).
+  // The fp32 reference's logits [batch · q_len, vocab] on the host (computed once, with the reference).
   const std::vector<double>& reference_logits(cudaStream_t stream) const;
   // The baseline composition's logits on the host, from one eager launch of it into a buffer of its
   // own (computed once, the first time another composition is checked against it). Empty when the
@@ -56,8 +62,8 @@ class DecodeStepProblem : public Problem {
   StepCase shape;
   LlamaWeights weights;
   LlamaKvCache cache;
-  OwnedTensor x_in;    // [batch, hidden]: the new tokens' embeddings
-  OwnedTensor logits;  // [batch, vocab]
+  OwnedTensor x_in;    // [batch · q_len, hidden]: the new tokens' embeddings
+  OwnedTensor logits;  // [batch · q_len, vocab]
 
  private:
   mutable std::vector<double> reference_host_, baseline_host_;
@@ -66,7 +72,7 @@ class DecodeStepProblem : public Problem {
   cudaGraphExec_t floor_graph_ = nullptr;  // the read bound's reads, captured once
 };
 
-// A bf16 composition's activations, [rows, ·] each (rows: the decode step's batch, a prefill's tokens).
+// A bf16 composition's activations, [rows, ·] each (rows: the decode step's batch · q_len, a prefill's tokens).
 struct StepActivations {
   OwnedTensor x;        // [rows, hidden]: the residual stream
   OwnedTensor xn;       // [rows, hidden]: normalized
@@ -144,8 +150,10 @@ std::string weight_only_layers_unsupported(const LlamaShape& m, int64_t rows);
 std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+// Why ours cannot compose a decode_step case ("" if it can).
+std::string ours_step_unsupported(const Case& c);
 
-// The fp32 reference composition (llama_reference.cu): logits [batch, vocab] fp32. It writes
+// The fp32 reference composition (llama_reference.cu): logits [batch · q_len, vocab] fp32. It writes
 // its new tokens' K/V, rounded to bf16 as the cache holds them, at the same positions the
 // compositions do.
 void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream_t stream);

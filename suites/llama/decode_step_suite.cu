@@ -33,7 +33,8 @@ StepCase::StepCase(const Case& c)
       weights(weights_format(c.params.s("weights")).value()),
       batch(int(c.params.i("batch"))),
       context(int(c.params.i("context"))),
-      page_size(int(c.params.i("page_size"))) {}
+      page_size(int(c.params.i("page_size"))),
+      q_len(int(c.params.i("q_len"))) {}
 
 double StepCase::weight_bytes() const {
   if (weights == WeightsFormat::bf16) return bf16_weight_bytes();
@@ -101,6 +102,12 @@ double w4a16_scratch_bytes(const LlamaShape& m) {
   return std::max(LlamaWeights::setup_scratch_bytes(m), 2.0 * double(m.layer_weights()));
 }
 
+// The baseline and the peer compose the plain step (one token per sequence: cuDNN's SDPA graph and
+// FlashInfer's plan are built for q_len 1); the verify pass (q_len > 1) is ours' and the reference's.
+std::string plain_step_only(const StepCase& s) {
+  return s.q_len == 1 ? "" : "q_len > 1 (the verify pass): only ours and the reference compose it";
+}
+
 // The case, once its weights, caches, ours' extra (bf16: the interleaved gate|up copy; w4a16: the
 // setup's scratch and the reference's dequantized layer) and 2 GB for the rest (activations,
 // workspaces, the reference's scratch, the baseline that ours is compared with) fit the device's free
@@ -139,9 +146,9 @@ bool dequantized_copy_fits(const StepCase& s) {
 DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream)
     : shape(fitting_device(c)),
       weights(shape.model, seed, stream, shape.weights, dequantized_copy_fits(shape)),
-      cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream),
-      x_in(DType::bf16, {shape.batch, shape.model.hidden}, "x_in"),
-      logits(DType::bf16, {shape.batch, shape.model.vocab}, "logits"),
+      cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream, shape.q_len),
+      x_in(DType::bf16, {shape.rows(), shape.model.hidden}, "x_in"),
+      logits(DType::bf16, {shape.rows(), shape.model.vocab}, "logits"),
       sink_(16, "floor sink") {
   fill_uniform(*x_in, seed + 1, -1.f, 1.f, stream);
   // The floor's ranges: every weight tensor, every layer's K and V pages.
@@ -216,6 +223,7 @@ const std::vector<double>& DecodeStepProblem::reference_logits(cudaStream_t stre
 const std::vector<double>& DecodeStepProblem::baseline_logits(cudaStream_t stream) const {
   if (baseline_done_) return baseline_host_;
   baseline_done_ = true;
+  if (!plain_step_only(shape).empty()) return baseline_host_;  // empty: the baseline cannot run the case
   OwnedTensor out(DType::bf16, logits->shape, "baseline logits");
   try {
     make_baseline_step(*this, out->data, stream);  // its prepare runs one step eagerly before the capture
@@ -262,7 +270,7 @@ void GraphedInstance::capture(cudaStream_t stream) {
 void GraphedInstance::launch(cudaStream_t stream) { CUDA_CHECK(cudaGraphLaunch(graph_, stream)); }
 
 StepInstance::StepInstance(const DecodeStepProblem& p, void* logits_out)
-    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.batch) {}
+    : p_(p), m_(p.shape.model), logits_out_(logits_out), act_(p.shape.model, p.shape.rows()) {}
 
 namespace {
 
@@ -292,11 +300,12 @@ int64_t argmax_of(const double* row, int64_t width) { return std::max_element(ro
 // tie when they differ but the reference's logits of the two tokens lie within twice the two paths'
 // RMS errors on that row (measured against the reference): a swap their rounding alone explains.
 // Agreeing rows and near ties must make >= 99% of the rows; a failure throws (the row fails, named).
-// Where the baseline cannot run the case (70B w4a16: its bf16 weights do not fit), the reference takes
-// its place, a path with no error of its own: the near-tie margin is then twice ours' RMS error.
+// Where the baseline cannot run the case (the verify pass, q_len > 1; 70B w4a16: its bf16 weights do
+// not fit), the reference takes its place, a path with no error of its own: the near-tie margin is then
+// twice ours' RMS error.
 void StepInstance::copy_out(cudaStream_t stream) {
   constexpr double kMinAgreement = 0.99;
-  const int64_t rows = p_.shape.batch, width = m_.vocab;
+  const int64_t rows = p_.shape.rows(), width = m_.vocab;
   const Tensor out{logits_out_, DType::bf16, {rows, width}};
   const std::vector<double> ours = to_host_f64(out, stream);
   // An element left unwritten or overflowed: the element check names it; no argmax to take.
@@ -328,16 +337,12 @@ void StepInstance::copy_out(cudaStream_t stream) {
         same_as_base, rows, ties, 100 * kMinAgreement));
 }
 
-namespace {
-
-const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const DecodeStepProblem&>(p); }
-
 // Ours' kernels refuse: GEMM shapes, the decode attention's cache, RoPE.
-std::string ours_unsupported(const Case& c) {
+std::string ours_step_unsupported(const Case& c) {
   const StepCase s(c);
   const LlamaShape& m = s.model;
-  const std::string gemms = s.weights == WeightsFormat::bf16 ? core_gemms_unsupported(m, s.batch, true)
-                                                             : weight_only_layers_unsupported(m, s.batch);
+  const std::string gemms = s.weights == WeightsFormat::bf16 ? core_gemms_unsupported(m, s.rows(), true)
+                                                             : weight_only_layers_unsupported(m, s.rows());
   if (!gemms.empty()) return gemms;
   kernels::PagedKv kv;
   kv.batch = s.batch;
@@ -345,9 +350,14 @@ std::string ours_unsupported(const Case& c) {
   kv.head_dim = m.head_dim;
   kv.page_size = s.page_size;
   kv.dtype = DType::bf16;
-  if (std::string why = kernels::decode_unsupported(kv, {m.heads, 1, s.context}); !why.empty()) return why;
-  return kernels::rope_unsupported(rope_shape(m, s.batch));
+  if (std::string why = kernels::decode_unsupported(kv, {m.heads, s.q_len, s.context + s.q_len - 1}); !why.empty())
+    return why;
+  return kernels::rope_unsupported(rope_shape(m, s.rows()));
 }
+
+namespace {
+
+const DecodeStepProblem& as_step(const Problem& p) { return static_cast<const DecodeStepProblem&>(p); }
 
 // The cuBLASLt compositions on w4a16 weights: refused where the dequantized copy exceeds the GPU's
 // whole memory (70B's 137 GB); where it only exceeds the free memory, prepare refuses (OutOfMemory).
@@ -365,8 +375,14 @@ std::string bf16_copy_unsupported(const Case& c) {
                      s.bf16_weight_bytes() / 1e9, needs / 1e9, double(prop.totalGlobalMem) / 1e9);
 }
 
+// The cuBLASLt compositions' (baseline, peer) refusals: the plain step only, bf16 weights that fit.
+std::string cublas_step_unsupported(const Case& c) {
+  if (std::string why = plain_step_only(StepCase(c)); !why.empty()) return why;
+  return bf16_copy_unsupported(c);
+}
+
 std::string peer_unsupported(const Case& c) {
-  if (std::string why = bf16_copy_unsupported(c); !why.empty()) return why;
+  if (std::string why = cublas_step_unsupported(c); !why.empty()) return why;
   const StepCase s(c);
   const LlamaShape& m = s.model;
   namespace fi = baselines::flashinfer;
@@ -403,7 +419,9 @@ void register_decode_step(Registry& registry) {
                   {"page_size", Axis::Kind::integer, Value(int64_t(16)), "tokens per KV page"},
                   {"weights", Axis::Kind::string, Value(std::string("bf16")),
                    "the linear layers' weights: bf16, or w4a16 (int4, symmetric, a scale per 128 of K; norms and "
-                   "LM head bf16)"}});
+                   "LM head bf16)"},
+                  {"q_len", Axis::Kind::integer, Value(int64_t(1)),
+                   "new tokens per sequence, causal among themselves (K + 1: speculation's verify pass)"}});
   op.dtypes = {DType::bf16};
   op.baseline = "baseline";
   op.invalid = [](const Case& c) -> std::string {
@@ -417,15 +435,15 @@ void register_decode_step(Registry& registry) {
           return "w4a16 weights: " + why;
       }
     const StepCase s(c);
-    if (s.batch < 1 || s.context < 1) return "batch and context must be >= 1";
+    if (s.batch < 1 || s.context < 1 || s.q_len < 1) return "batch, context and q_len must be >= 1";
     if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
     return "";
   };
   op.cost = [](const Case& c) {
     const StepCase s(c);
     const LlamaShape& m = s.model;
-    const double attention = 4.0 * s.batch * double(s.context) * m.heads * m.head_dim * m.layers;
-    return Cost{2.0 * s.batch * double(m.weights()) + attention, s.weight_bytes() + s.kv_bytes(), true};
+    const double attention = 4.0 * double(s.rows()) * double(s.context) * m.heads * m.head_dim * m.layers;
+    return Cost{2.0 * double(s.rows()) * double(m.weights()) + attention, s.weight_bytes() + s.kv_bytes(), true};
   };
   op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
     return std::make_unique<DecodeStepProblem>(c, seed, s);
@@ -433,7 +451,7 @@ void register_decode_step(Registry& registry) {
   op.impls.push_back(step_impl("baseline", Role::baseline,
                                "cuBLASLt GEMMs (fastest of 8, per shape), cuDNN RMSNorm, cuDNN SDPA on the pages, unfused "
                                "RoPE, KV append, SiLU·mul and residual adds; w4a16: on the dequantized weights",
-                               bf16_copy_unsupported, make_baseline_step));
+                               cublas_step_unsupported, make_baseline_step));
   op.impls.push_back(step_impl("flashinfer", Role::peer,
                                "FlashInfer decode attention (CUDA cores; tensor cores for GQA >= 4), fused add + RMSNorm "
                                "and SiLU-and-mul, cuBLASLt GEMMs, the baseline's RoPE; w4a16: on the dequantized weights",
@@ -442,7 +460,7 @@ void register_decode_step(Registry& registry) {
                                "the GEMM core, ours_v3 decode attention, fused add + RMSNorm, RoPE fused into the KV "
                                "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue); w4a16: the weight-only "
                                "decode GEMM for the layers' GEMMs, SiLU·mul between gate|up and down",
-                               ours_unsupported, make_ours_step));
+                               ours_step_unsupported, make_ours_step));
   registry.add(std::move(op));
 }
 

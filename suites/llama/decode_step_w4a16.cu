@@ -40,7 +40,7 @@ LinearOperands operands(const StepActivations& act, Linear which) {
 class WeightOnlyLayerGemms : public OursLayerGemms {
  public:
   WeightOnlyLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream)
-      : rows_(p.shape.batch), ffn_(p.shape.model.ffn), h_(act.h->data), gate_up_(act.gate_up->data) {
+      : rows_(p.shape.rows()), ffn_(p.shape.model.ffn), h_(act.h->data), gate_up_(act.gate_up->data) {
     const int sms = current_device_sm_count();
     // One plan and workspace per shape, shared by every layer's GEMM of that shape: the layers run in
     // turn on one stream, and the kernel leaves the workspace's counters at zero.

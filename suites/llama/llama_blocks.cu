@@ -1,4 +1,8 @@
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <numeric>
 
 #include "baselines/llama/rope_unfused.h"
@@ -18,6 +22,35 @@ kernels::RopeShape rope_shape(const LlamaShape& m, int64_t tokens) {
 }
 
 double attention_scale(const LlamaShape& m) { return 1.0 / std::sqrt(double(m.head_dim)); }
+
+namespace {
+
+template <class T>
+__global__ void swap_middle_dims_kernel(const T* in, T* out, int64_t a, int64_t b, int64_t inner, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i % inner, ib = i / inner % b, ia = i / (inner * b) % a, o = i / (inner * b * a);
+    out[((o * b + ib) * a + ia) * inner + e] = in[i];  // i walks in's [o, ia, ib, e]
+  }
+}
+
+}  // namespace
+
+void swap_middle_dims(const void* in, void* out, int64_t outer, int64_t a, int64_t b, int64_t inner,
+                      size_t element_bytes, cudaStream_t stream) {
+  const int64_t n = outer * a * b * inner;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  if (element_bytes == 2)
+    swap_middle_dims_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(in),
+                                                              static_cast<uint16_t*>(out), a, b, inner, n);
+  else if (element_bytes == 4)
+    swap_middle_dims_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out),
+                                                              a, b, inner, n);
+  else
+    throw std::invalid_argument("swap_middle_dims: elements of 2 or 4 bytes, got " + std::to_string(element_bytes));
+  CUDA_CHECK_LAUNCH();
+}
 
 baselines::flashinfer::BatchAttentionShape flashinfer_attention_shape(const LlamaShape& m) {
   baselines::flashinfer::BatchAttentionShape s;

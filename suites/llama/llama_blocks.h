@@ -22,6 +22,11 @@ namespace topt::suites {
 
 kernels::RopeShape rope_shape(const LlamaShape& m, int64_t tokens);
 double attention_scale(const LlamaShape& m);
+// out [outer, b, a, inner] = in [outer, a, b, inner] for elements of 2 or 4 bytes: the verify pass's
+// move between attention_decode's [batch, heads, q_len, head_dim] and token rows [batch, q_len, heads,
+// head_dim] (nothing to move at q_len 1). One launch.
+void swap_middle_dims(const void* in, void* out, int64_t outer, int64_t a, int64_t b, int64_t inner,
+                      size_t element_bytes, cudaStream_t stream);
 // FlashInfer's attention shape for the model: heads, head_dim, bf16, causal; the caller adds the
 // sequences (q_indptr, kv_indptr) and the page size.
 baselines::flashinfer::BatchAttentionShape flashinfer_attention_shape(const LlamaShape& m);

@@ -202,8 +202,8 @@ std::array<const void*, 4> LlamaWeights::bf16_layer(int l, std::array<DeviceBuff
 }
 
 LlamaKvCache::LlamaKvCache(const LlamaShape& s, const std::vector<int>& lens, int page_size_, uint64_t seed,
-                           cudaStream_t stream)
-    : batch(int(lens.size())), page_size(page_size_), lengths(lens) {
+                           cudaStream_t stream, int q_len_)
+    : batch(int(lens.size())), page_size(page_size_), q_len(q_len_), lengths(lens) {
   for (int len : lens) max_len = std::max(max_len, len);
   max_pages = int(kernels::KvCacheManager::pages_for(max_len, page_size));
   for (int len : lens) num_pages += int(kernels::KvCacheManager::pages_for(len, page_size));
@@ -217,10 +217,11 @@ LlamaKvCache::LlamaKvCache(const LlamaShape& s, const std::vector<int>& lens, in
   table_host = cache.block_table(seqs, max_pages);
   for (auto& page : table_host) page = std::max(page, 0);  // whole-page readers stay in bounds
   std::vector<int32_t> positions_host;
-  for (int len : lens) positions_host.push_back(len - 1);
+  for (int len : lens)
+    for (int t = 0; t < q_len; ++t) positions_host.push_back(len - q_len + t);
   table = DeviceBuffer(table_host.size() * sizeof(int32_t), "block table");
   seq_lens = DeviceBuffer(lens.size() * sizeof(int32_t), "sequence lengths");
-  positions = DeviceBuffer(lens.size() * sizeof(int32_t), "new token positions");
+  positions = DeviceBuffer(positions_host.size() * sizeof(int32_t), "new token positions");
   CUDA_CHECK(cudaMemcpyAsync(table.get(), table_host.data(), table.bytes(), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaMemcpyAsync(seq_lens.get(), lens.data(), seq_lens.bytes(), cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(

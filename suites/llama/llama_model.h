@@ -99,16 +99,17 @@ struct LlamaWeights {
 
 // The KV cache of every layer: one pool per layer, [num_pages, kv_heads, page_size, head_dim] each
 // for K and V, under one block table (every layer's sequence b holds the same page ids). Sequence b
-// holds `lengths[b]` tokens: the first lengths[b] − 1 seeded random (the context), the last the step's
-// new token, which every launch writes again at the same position (idempotent launches).
+// holds `lengths[b]` tokens: the first lengths[b] − q_len seeded random (the context), the last q_len
+// the step's new tokens, which every launch writes again at the same positions (idempotent launches).
 struct LlamaKvCache {
-  int batch = 0, page_size = 0, max_pages = 0, num_pages = 0, max_len = 0;
+  int batch = 0, page_size = 0, q_len = 1, max_pages = 0, num_pages = 0, max_len = 0;
   std::vector<int> lengths;
   std::vector<int32_t> table_host;  // [batch, max_pages]
-  DeviceBuffer table, seq_lens, positions;  // positions [batch]: lengths − 1, the new tokens'
+  // positions [batch, q_len]: lengths − q_len … lengths − 1, the new tokens'
+  DeviceBuffer table, seq_lens, positions;
   std::vector<OwnedTensor> k_pages, v_pages;  // per layer
   LlamaKvCache(const LlamaShape& shape, const std::vector<int>& lengths, int page_size, uint64_t seed,
-               cudaStream_t stream);
+               cudaStream_t stream, int q_len = 1);
   kernels::PagedKv layer(int l, const LlamaShape& shape) const;
   int64_t tokens() const;  // held by the batch, the new ones included
   // Bytes of one layer's K and V pages that the batch's tokens occupy.

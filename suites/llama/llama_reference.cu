@@ -40,16 +40,17 @@ __global__ void silu_mul_reference_kernel(const float* gate_up, float* h, int64_
   }
 }
 
-// Sequence b's new K and V ([batch, kv_heads, head_dim] fp32) into its pages at positions[b], rounded
-// to bf16.
-__global__ void store_new_kv_kernel(const float* k, const float* v, kernels::PagedKv kv, const int32_t* positions) {
-  const int b = blockIdx.x;
-  const int pos = positions[b];
+// The new tokens' K and V ([batch · q_len, kv_heads, head_dim] fp32; token t of sequence b at row
+// b·q_len + t) into their sequence's pages at positions[row], rounded to bf16.
+__global__ void store_new_kv_kernel(const float* k, const float* v, kernels::PagedKv kv, const int32_t* positions,
+                                    int q_len) {
+  const int row = blockIdx.x, b = row / q_len;
+  const int pos = positions[row];
   const int page = kv.block_table[int64_t(b) * kv.max_pages_per_seq + pos / kv.page_size];
   for (int e = threadIdx.x; e < kv.kv_heads * kv.head_dim; e += blockDim.x) {
     const int h = e / kv.head_dim, d = e % kv.head_dim;
     const int64_t dst = ((int64_t(page) * kv.kv_heads + h) * kv.page_size + pos % kv.page_size) * kv.head_dim + d;
-    const int64_t src = int64_t(b) * kv.kv_heads * kv.head_dim + e;
+    const int64_t src = int64_t(row) * kv.kv_heads * kv.head_dim + e;
     static_cast<__nv_bfloat16*>(kv.k_pages)[dst] = __float2bfloat16_rn(k[src]);
     static_cast<__nv_bfloat16*>(kv.v_pages)[dst] = __float2bfloat16_rn(v[src]);
   }
@@ -73,14 +74,16 @@ void ffn_reference(const LlamaShape& m, const void* w_gate_up, const void* w_dow
 
 void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream_t s) {
   const LlamaShape& m = p.shape.model;
-  const int64_t batch = p.shape.batch, hidden = m.hidden, attn = int64_t(m.heads) * m.head_dim;
+  // `batch` counts token rows (batch · q_len); attention alone sees the sequences.
+  const int64_t batch = p.shape.rows(), q_len = p.shape.q_len, hidden = m.hidden, attn = int64_t(m.heads) * m.head_dim;
   const int64_t kv_width = int64_t(m.kv_heads) * m.head_dim;
   auto buffer = [&](int64_t width, const char* what) { return DeviceBuffer(size_t(batch * width) * 4, what); };
   DeviceBuffer x_a = buffer(hidden, "reference x"), x_b = buffer(hidden, "reference x"),
                xn = buffer(hidden, "reference xn"), qkv = buffer(m.qkv_width(), "reference qkv"),
                q = buffer(attn, "reference q"), k = buffer(kv_width, "reference k"), v = buffer(kv_width, "reference v"),
                o = buffer(attn, "reference o"), y = buffer(hidden, "reference y"),
-               gate_up = buffer(2 * int64_t(m.ffn), "reference gate|up"), h = buffer(m.ffn, "reference h");
+               gate_up = buffer(2 * int64_t(m.ffn), "reference gate|up"), h = buffer(m.ffn, "reference h"),
+               by_head = buffer(q_len > 1 ? attn : 0, "reference q and o by head");
   const kernels::RopeShape rope = rope_shape(m, batch);
   const double scale = attention_scale(m);
   const auto& W = p.weights;
@@ -108,9 +111,17 @@ void decode_step_reference(const DecodeStepProblem& p, float* logits, cudaStream
     rope_reference_gpu(qkv.as<float>(), p.cache.positions.as<int32_t>(), q.as<float>(), k.as<float>(), v.as<float>(),
                        rope, s);
     store_new_kv_kernel<<<unsigned(batch), kThreads, 0, s>>>(k.as<float>(), v.as<float>(), kv,
-                                                             p.cache.positions.as<int32_t>());
+                                                             p.cache.positions.as<int32_t>(), int(q_len));
     CUDA_CHECK_LAUNCH();
-    decode_reference_gpu(q.get(), DType::f32, kv, m.heads, 1, p.cache.max_len, scale, o.as<float>(), s);
+    if (q_len == 1) {
+      decode_reference_gpu(q.get(), DType::f32, kv, m.heads, 1, p.cache.max_len, scale, o.as<float>(), s);
+    } else {  // attention's layout [sequences, heads, q_len, head_dim], then token rows again
+      const int64_t seqs = p.shape.batch;
+      swap_middle_dims(q.get(), by_head.get(), seqs, q_len, m.heads, m.head_dim, 4, s);
+      // q is consumed: it holds the output by head until it is moved to o
+      decode_reference_gpu(by_head.get(), DType::f32, kv, m.heads, int(q_len), p.cache.max_len, scale, q.as<float>(), s);
+      swap_middle_dims(q.get(), o.get(), seqs, m.heads, q_len, m.head_dim, 4, s);
+    }
     gemm_reference(F32Loader{o.as<float>(), attn}, Bf16Loader{weight(linears, Linear::o_proj), attn}, y.as<float>(),
                    batch, hidden, attn, s);
     add_norm(w.ffn_norm->data);

@@ -13,6 +13,7 @@ namespace topt::suites {
 
 void register_rope(Registry& registry);
 void register_decode_step(Registry& registry);
+void register_spec_decode(Registry& registry);
 void register_llama_layer(Registry& registry);
 
 // RoPE in double, rotate-half, the angle pos · base^(−2i/d) exact in double: from qkv [tokens,

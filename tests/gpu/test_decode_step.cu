@@ -25,11 +25,11 @@ Case rope_case(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim
 
 // The tiny model: hidden 256, 2 heads of 128 over 1 KV head (GQA group 2), FFN 704, vocab 1024; its
 // linear weights bf16 or w4a16 (g128: down's K = 704 ends in half a group).
-Case step_case(int64_t layers, int64_t batch, int64_t context, const char* weights = "bf16") {
+Case step_case(int64_t layers, int64_t batch, int64_t context, int64_t q_len = 1, const char* weights = "bf16") {
   Params p;
   for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
            {"hidden", 256}, {"heads", 2}, {"kv_heads", 1}, {"ffn", 704}, {"vocab", 1024}, {"layers", layers},
-           {"batch", batch}, {"context", context}})
+           {"batch", batch}, {"context", context}, {"q_len", q_len}})
     p.set(name, value);
   p.set("weights", std::string(weights));
   return make_case("decode_step", p, DType::bf16);
@@ -155,23 +155,54 @@ TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
   skip_under_racecheck();
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
     for (const char* impl : {"baseline", "flashinfer", "ours"}) {
-      const Case c = step_case(2, batch, context, "w4a16");
+      const Case c = step_case(2, batch, context, 1, "w4a16");
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
     }
 }
 
+// The verify pass (q_len = K + 1 tokens per sequence, causal among themselves, appended at context − 1
+// … context + K − 1): ours against the fp32 reference, a partial last page and a page boundary
+// crossed by the new tokens; the baseline and the peer refuse it.
+TEST_F(DecodeStepOp, VerifyPassPasses) {
+  skip_under_racecheck();
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 9}}) {
+    const Case c = step_case(2, batch, context, q_len);
+    const CheckResult r = run_and_check(c, "ours");
+    EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
+  }
+  const Case c = step_case(2, 1, 17, 3);
+  const OpDef* op = builtin_registry().find(c.op);
+  EXPECT_FALSE(op->find_impl("baseline")->unsupported(c).empty());
+  EXPECT_FALSE(op->find_impl("flashinfer")->unsupported(c).empty());
+}
+
+// The verify pass on w4a16 weights: ours' weight-only decode GEMMs at M = batch · q_len against the
+// reference; past the GEMM's 64 rows ours refuses, naming them.
+TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
+  skip_under_racecheck();
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 9}}) {
+    const Case c = step_case(2, batch, context, q_len, "w4a16");
+    const CheckResult r = run_and_check(c, "ours");
+    EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
+  }
+  const Case c = step_case(2, 13, 17, 5, "w4a16");
+  const std::string why = builtin_registry().find(c.op)->find_impl("ours")->unsupported(c);
+  EXPECT_NE(why.find("64 rows, not 65"), std::string::npos) << why;
+}
+
 // The step appends its new tokens' K/V at the same positions every launch: every launch's logits pass.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
   skip_under_racecheck();
-  for (const char* weights : {"bf16", "w4a16"}) {
-    Prepared p = prepare_ours(step_case(3, 4, 40, weights), 99);
+  for (auto [weights, q_len] : std::vector<std::pair<const char*, int64_t>>{
+           {"bf16", 1}, {"bf16", 4}, {"w4a16", 1}, {"w4a16", 4}}) {
+    Prepared p = prepare_ours(step_case(3, 4, 40, q_len, weights), 99);
     for (int launch = 0; launch < 3; ++launch) {
       for (auto& out : p.problem->outputs()) poison_nan(out, stream);
       p.ours->launch(stream);
       p.ours->copy_out(stream);
       const CheckResult r = check_outputs(*p.problem, p.ref, stream);
-      EXPECT_TRUE(r.passes()) << weights << ", launch " << launch << ": " << r.describe();
+      EXPECT_TRUE(r.passes()) << weights << ", q_len " << q_len << ", launch " << launch << ": " << r.describe();
     }
   }
 }

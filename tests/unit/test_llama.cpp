@@ -15,7 +15,8 @@ Case step_7b(int64_t run_layers) {
   Case c{"decode_step", {}, DType::bf16};
   for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
            {"hidden", 4096}, {"heads", 32}, {"kv_heads", 32}, {"head_dim", 128}, {"ffn", 11008}, {"vocab", 32000},
-           {"layers", 32}, {"run_layers", run_layers}, {"batch", 1}, {"context", 1024}, {"page_size", 16}})
+           {"layers", 32}, {"run_layers", run_layers}, {"batch", 1}, {"context", 1024}, {"page_size", 16},
+           {"q_len", 1}})
     c.params.set(name, value);
   c.params.set("weights", std::string("bf16"));
   return c;
@@ -113,9 +114,59 @@ TEST(DecodeStep, W4a16RefusesWhatItsKernelsCannotTake) {
   EXPECT_NE(op->invalid(c).find("weights must be bf16 or w4a16"), std::string::npos) << op->invalid(c);
   c = step_70b_w4a16(65);  // past the decode GEMM's 64 rows (refused before any device query)
   EXPECT_NE(op->find_impl("ours")->unsupported(c).find("64 rows"), std::string::npos);
+  c = step_70b_w4a16(13);  // a verify pass of 13 × 5 = 65 rows: past them too
+  c.params.set("q_len", int64_t(5));
+  EXPECT_NE(op->find_impl("ours")->unsupported(c).find("64 rows, not 65"), std::string::npos)
+      << op->find_impl("ours")->unsupported(c);
   c = step_70b_w4a16(1);
   c.params.set("ffn", int64_t(28676));  // down's K not a multiple of 8
   EXPECT_NE(op->invalid(c).find("w4a16 weights: k = 28676"), std::string::npos) << op->invalid(c);
+}
+
+// The verify pass: q_len tokens per sequence are q_len times the rows (FLOPs), the same weights, and
+// K more cached tokens per sequence; the baseline and the peer refuse it (ours' refusals ask the
+// device: the GPU tests run it).
+TEST(DecodeStep, VerifyPassCostAndRefusals) {
+  const OpDef* op = builtin_registry().find("decode_step");
+  ASSERT_NE(op, nullptr);
+  Case c = step_7b(0);
+  const Cost plain = op->cost(c);
+  c.params.set("q_len", int64_t(5));
+  EXPECT_EQ(StepCase(c).rows(), 5);
+  EXPECT_EQ(StepCase(c).lengths(), std::vector<int>{1028});  // positions 1023 … 1027
+  const Cost verify = op->cost(c);
+  EXPECT_NEAR(verify.bytes - plain.bytes, 32.0 * 2 * 4 * 4096 * 2, 1.0);  // 4 more tokens' K and V
+  EXPECT_NEAR(verify.flops / plain.flops, 5.0, 0.05);
+  EXPECT_EQ(op->invalid(c), "");
+  EXPECT_NE(op->find_impl("baseline")->unsupported(c).find("q_len"), std::string::npos);
+  EXPECT_NE(op->find_impl("flashinfer")->unsupported(c).find("q_len"), std::string::npos);
+  c.params.set("q_len", int64_t(0));
+  EXPECT_NE(op->invalid(c).find("q_len"), std::string::npos);
+}
+
+// spec_decode's refusals: alphas outside [0, 1) or unparsable, K out of range; its cost is the verify
+// pass's and K draft steps'.
+TEST(SpecDecode, InvalidCasesAndCost) {
+  const OpDef* op = builtin_registry().find("spec_decode");
+  ASSERT_NE(op, nullptr);
+  Case c = step_7b(0);
+  c.op = "spec_decode";
+  c.params.set("draft_len", int64_t(4));
+  c.params.set("draft_layers", int64_t(2));
+  c.params.set("alphas", std::string("0.6 0.8 0.9"));
+  EXPECT_EQ(op->invalid(c), "");
+  Case verify = step_7b(0), draft = step_7b(2);
+  verify.params.set("q_len", int64_t(5));
+  const Cost round = op->cost(c), v = builtin_registry().find("decode_step")->cost(verify),
+             d = builtin_registry().find("decode_step")->cost(draft);
+  EXPECT_NEAR(round.bytes, v.bytes + 4 * d.bytes, 1.0);
+  for (const char* bad : {"0.8 1.0", "0.8 x", "0.8,0.9", "", "-0.1"}) {
+    c.params.set("alphas", std::string(bad));
+    EXPECT_NE(op->invalid(c).find("alphas"), std::string::npos) << bad;
+  }
+  c.params.set("alphas", std::string("0.8"));
+  c.params.set("draft_len", int64_t(0));
+  EXPECT_NE(op->invalid(c).find("draft_len"), std::string::npos);
 }
 
 }  // namespace topt::suites
