@@ -125,10 +125,9 @@ class DecodeStepOp : public GpuTest {
     Reference ref;
     std::unique_ptr<Instance> ours;
   };
-  // ours' argmax check (copy_out) runs the baseline composition, cuBLASLt inside (gpu_test.h).
-  void skip_under_racecheck() {
-    if (small_shapes_only()) GTEST_SKIP() << "the argmax check runs cuBLASLt, left out under racecheck";
-  }
+  // ours' argmax check (copy_out) runs the baseline composition, cuBLASLt inside (gpu_test.h). Each
+  // test skips in its own body: GTEST_SKIP in a helper returns from the helper only.
+  static constexpr const char* kCublasLtInside = "the argmax check runs cuBLASLt, left out under racecheck";
   Prepared prepare_ours(const Case& c, uint64_t seed) {
     const OpDef* op = builtin_registry().find(c.op);
     Prepared p;
@@ -140,7 +139,7 @@ class DecodeStepOp : public GpuTest {
 };
 
 TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
     for (const char* impl : {"baseline", "flashinfer", "ours"}) {
       const Case c = step_case(2, batch, context);
@@ -152,7 +151,7 @@ TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
 // w4a16: ours (the weight-only decode GEMMs) against the reference on the dequantized weights, and
 // the baseline and peer on those weights in bf16 (the tiny model's copy fits), agreeing on the argmax.
 TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
     for (const char* impl : {"baseline", "flashinfer", "ours"}) {
       const Case c = step_case(2, batch, context, 1, "w4a16");
@@ -165,7 +164,7 @@ TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
 // … context + K − 1): ours against the fp32 reference, a partial last page and a page boundary
 // crossed by the new tokens; the baseline and the peer refuse it.
 TEST_F(DecodeStepOp, VerifyPassPasses) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 8}}) {
     const Case c = step_case(2, batch, context, q_len);
     const CheckResult r = run_and_check(c, "ours");
@@ -183,7 +182,7 @@ TEST_F(DecodeStepOp, VerifyPassPasses) {
 // The verify pass on w4a16 weights: ours' weight-only decode GEMMs at M = batch · q_len against the
 // reference; past the GEMM's 64 rows ours refuses, naming them.
 TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 8}}) {
     const Case c = step_case(2, batch, context, q_len, "w4a16");
     const CheckResult r = run_and_check(c, "ours");
@@ -196,7 +195,7 @@ TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
 
 // The step appends its new tokens' K/V at the same positions every launch: every launch's logits pass.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [weights, q_len] : std::vector<std::pair<const char*, int64_t>>{
            {"bf16", 1}, {"bf16", 4}, {"w4a16", 1}, {"w4a16", 4}}) {
     Prepared p = prepare_ours(step_case(3, 4, 40, q_len, weights), 99);
@@ -213,7 +212,7 @@ TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
 // A row's logits replaced by another's fails the element check; a token boosted to the top fails the
 // argmax check (batch 1: the one row disagrees with the baseline).
 TEST_F(DecodeStepOp, ChecksBite) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   Prepared p = prepare_ours(step_case(2, 2, 33), 5);
   const Tensor logits = p.problem->outputs()[0];
   const int64_t vocab = logits.shape[1];
@@ -263,7 +262,7 @@ TEST_F(DecodeStepOp, RefusesWhatDoesNotFit) {
 // 70B w4a16 fits one 80 GB GPU (36 GB of packed weights); its bf16 weights (137.4 GB) do not, so the
 // baseline is refused naming the bytes (and ours' argmax is then checked against the reference).
 TEST_F(DecodeStepOp, W4a16At70bRefusesTheBf16Baseline) {
-  skip_under_racecheck();
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   Params p;
   for (auto [name, value] : std::vector<std::pair<const char*, int64_t>>{
            {"hidden", 8192}, {"heads", 64}, {"kv_heads", 8}, {"ffn", 28672}, {"vocab", 32000}, {"layers", 80},
