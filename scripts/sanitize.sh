@@ -12,7 +12,7 @@
 #   TEST_BINARY  default bundle/topt_gpu_tests (scripts/bundle.sh), else build/release/tests/topt_gpu_tests
 # Environment: SANITIZE_TOOLS (default "memcheck racecheck"); SANITIZE_TOTAL_S (540: both tools
 # within a 10-minute call, with room to start), of which memcheck takes at most SANITIZE_MEMCHECK_S
-# (300) and racecheck SANITIZE_RACECHECK_S (default: what memcheck left); COMPUTE_SANITIZER: the
+# (350: 296 s for every GPU test at 995a827) and racecheck SANITIZE_RACECHECK_S (default: what memcheck left); COMPUTE_SANITIZER: the
 # tool's path where it is not found by itself.
 # Prints one line per tool ("memcheck: N errors", "racecheck: N hazards", with the tests' counts);
 # exits 0 when every tool ran to its end and found nothing, 1 otherwise, 2 on bad usage.
@@ -137,7 +137,7 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
   case $tool in
     # API errors are the harness's to catch (CUDA_CHECK), and a test provokes one on purpose (an
     # allocation that cannot fit): memcheck reports device-side errors only.
-    memcheck) run_tool memcheck "$(min "${SANITIZE_MEMCHECK_S:-300}" "$left")" 1 --report-api-errors no ;;
+    memcheck) run_tool memcheck "$(min "${SANITIZE_MEMCHECK_S:-350}" "$left")" 1 --report-api-errors no ;;
     # The GPU references (naive tiled double GEMM, attention, norms: every kernel named *reference*)
     # are the checkers, not the kernels under test, and were most of racecheck's time (a 1×4096×4096
     # GEMM case: 39 s). memcheck covers them, and tests hold them to the CPU references.
