@@ -54,7 +54,8 @@ Params sampler_params(int64_t batch, int64_t k, int64_t vocab, double temperatur
 }
 
 // Every implementation that takes the case, exactly: accepted counts and tokens equal (either side of a
-// decision within the tie margin, counted; the 128k batch of 16 is where no tie-free offset existed).
+// decision within the tie margin, counted; at 128k words and batch 16 the old offset search found none
+// free of such decisions).
 TEST_F(GpuTest, RejectionSampleMatchesTheReferenceExactly) {
   std::vector<std::pair<Params, DType>> cases{
       {sampler_params(4, 3, 1000), DType::bf16},
