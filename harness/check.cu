@@ -45,6 +45,7 @@ void CheckResult::merge(const CheckResult& o) {
   elements += o.elements;
   if (std::isnan(o.rel_error) || o.rel_error > rel_error) rel_error = o.rel_error;
   if (o.worst && (!worst || o.worst->ratio() > worst->ratio())) worst = o.worst;
+  if (o.ambiguous_decisions) ambiguous_decisions = ambiguous_decisions.value_or(0) + *o.ambiguous_decisions;
 }
 
 std::string CheckResult::describe() const {
@@ -55,7 +56,10 @@ std::string CheckResult::describe() const {
     s += fmt::format("; worst {}[{}]: {:.6g} against {:.6g}, error {:.3g} {} allowed {:.3g}", worst->output,
                      worst->where, worst->out, worst->ref, worst->error, worst->ratio() > 1 ? ">" : "<=",
                      worst->allowed);
-  return s + fmt::format("; rel_error {:.3e}", rel_error);
+  s += fmt::format("; rel_error {:.3e}", rel_error);
+  if (ambiguous_decisions)
+    s += fmt::format("; {} decisions within the tie margin, either side accepted", *ambiguous_decisions);
+  return s;
 }
 
 std::string locate_in_shape(const std::vector<int64_t>& shape, const std::vector<std::string>& dims, int64_t index) {
@@ -334,16 +338,37 @@ Reference compute_reference(const Problem& problem, int64_t cpu_max_elements, cu
 
 namespace {
 
-CheckResult check_output(const Problem& problem, const Reference& ref, size_t i, const Tensor& out,
-                         const OutputSpec& spec, cudaStream_t stream) {
-  CheckResult r = ref.host.empty() ? compare_device(out, *ref.device[i], spec.error, stream)
-                                   : compare_host(to_host_f64(out, stream), ref.host[i], spec.error,
-                                                  out.shape.empty() ? 0 : out.shape.back());
+int64_t row_width(const Tensor& out) { return out.shape.empty() ? 0 : out.shape.back(); }
+
+CheckResult located(CheckResult r, const Problem& problem, size_t i, const OutputSpec& spec) {
   if (r.worst) {
     r.worst->output = spec.name;
     r.worst->where = problem.locate(i, r.worst->index);
   }
   return r;
+}
+
+CheckResult check_output(const Problem& problem, const Reference& ref, size_t i, const Tensor& out,
+                         const OutputSpec& spec, cudaStream_t stream) {
+  return located(ref.host.empty() ? compare_device(out, *ref.device[i], spec.error, stream)
+                                  : compare_host(to_host_f64(out, stream), ref.host[i], spec.error, row_width(out)),
+                 problem, i, spec);
+}
+
+// The reference along these outputs (Problem::reference_follows_outputs), on the host.
+CheckResult check_along_outputs(const Problem& problem, const std::vector<Tensor>& outs,
+                                const std::vector<OutputSpec>& specs, cudaStream_t stream) {
+  std::vector<std::vector<double>> host;
+  for (const Tensor& out : outs) host.push_back(to_host_f64(out, stream));
+  const ReferenceAlong along = problem.reference_along(host);
+  if (along.values.size() != outs.size())
+    throw std::logic_error(fmt::format("reference_along gave {} outputs for {}", along.values.size(), outs.size()));
+  CheckResult total;
+  for (size_t i = 0; i < outs.size(); ++i)
+    total.merge(located(compare_host(host[i], along.values[i], specs[i].error, row_width(outs[i])), problem, i,
+                        specs[i]));
+  total.ambiguous_decisions = along.ambiguous_decisions;
+  return total;
 }
 
 std::vector<OutputSpec> checked_specs(const Problem& problem, size_t outputs) {
@@ -358,6 +383,7 @@ std::vector<OutputSpec> checked_specs(const Problem& problem, size_t outputs) {
 CheckResult check_outputs(const Problem& problem, const Reference& ref, cudaStream_t stream) {
   const auto outs = problem.outputs();
   const auto specs = checked_specs(problem, outs.size());
+  if (problem.reference_follows_outputs()) return check_along_outputs(problem, outs, specs, stream);
   CheckResult total;
   for (size_t i = 0; i < outs.size(); ++i) total.merge(check_output(problem, ref, i, outs[i], specs[i], stream));
   return total;

@@ -51,6 +51,9 @@ struct CheckResult {
   int64_t nonfinite = 0;  // of those, NaN/inf where the reference is finite: unwritten (poisoned) or overflowed
   int64_t elements = 0;
   std::optional<WorstElement> worst;
+  // Set where the reference followed the outputs (Problem::reference_follows_outputs): the decisions
+  // within its tie margin, where either side passes. A row's `ambiguous_decisions` metric.
+  std::optional<int64_t> ambiguous_decisions;
 
   // Folds another output's result in: counts add up, the worst element and rel_error are the worst.
   void merge(const CheckResult& o);

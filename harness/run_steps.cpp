@@ -70,6 +70,7 @@ void record_check(const CheckResult& check, ResultRow& row) {
   row.rel_error = check.nonfinite ? std::nullopt : std::optional<double>(check.rel_error);
   row.wrong_elements = check.wrong;
   row.worst_element = worst_element_json(check);
+  if (check.ambiguous_decisions) row.metrics["ambiguous_decisions"] = metric_json(double(*check.ambiguous_decisions));
 }
 
 void poison_outputs(const Problem& problem, cudaStream_t stream) {

@@ -14,6 +14,7 @@
 namespace topt::kernels {
 
 constexpr float kRopeBase = 10000.f;  // Llama-2's
+constexpr int kRopeMaxHeadDim = 256;
 
 struct RopeShape {
   int64_t tokens = 0;
@@ -22,13 +23,14 @@ struct RopeShape {
   DType dtype = DType::bf16;
 };
 
-// Why the kernels cannot take a shape ("" if they can): head_dim even and at most 256, bf16/fp16.
+// Why the kernels cannot take a shape ("" if they can): head_dim even and at most kRopeMaxHeadDim, bf16/fp16.
 std::string rope_unsupported(const RopeShape& shape);
 
 // q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated at positions[token]
 // (device, int32); v [tokens, kv_heads, head_dim] copied unchanged where v is not null. One launch.
-// The angle is reduced modulo 2π in double before its sine and cosine, so that at position 16k the
-// rotation errs by ~1e-7 rad, not the ~1e-3 of an fp32 product (a quarter of a bf16 rounding).
+// The angle is formed and reduced modulo 2π in double before its sine and cosine (__sincosf on
+// [−π, π], absolute error ≤ 2^-21.4), so that at position 16k the rotation errs by ~4e-7 rad, not the
+// ~1e-3 of an fp32 product (a quarter of a bf16 rounding).
 void rope_qkv(const void* qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& shape,
               cudaStream_t stream);
 

@@ -243,8 +243,8 @@ __device__ int block_draw(const Rows& rows, int b, int i, bool with_draft, float
   const float target = u * s_total;
   // Thread k owns [before_k, before_(k+1)) of the chunk: the bounds come from the one scan, so the
   // spans tile the chunk with no gap whatever the rounding. (A scan's float prefixes may fail to be
-  // monotone by a rounding, so two threads could claim a target within a rounding of a bound: the
-  // reference's tie margin keeps checked cases clear of that.)
+  // monotone by a rounding, so two threads could claim a target within a rounding of a bound: either
+  // token is then within the check's tie margin, which admits both.)
   __shared__ float s_before[kThreads];
   float base = 0.f;
   for (int chunk = 0; chunk < rows.vocab; chunk += kDrawVec * int(blockDim.x)) {

@@ -197,8 +197,9 @@ void register_rope(Registry& registry) {
              tables->bytes());
        }});
   op.impls.push_back({"ours", Role::ours,
-                      "one kernel: the angle reduced in double, sincos in fp32, q and k rotated and v copied in one "
-                      "pass",
+                      "one kernel: 16-byte vectors of rotate-half pairs, each thread's sines and cosines (angle "
+                      "reduced in double, __sincosf) computed once and reused over its heads; q and k rotated and v "
+                      "copied in one pass",
                       [](const Case& c) { return kernels::rope_unsupported(RopeCase(c).shape); },
                       [](const Problem& p, const Case&, cudaStream_t) -> std::unique_ptr<Instance> {
                         const RopeProblem& r = as_rope(p);

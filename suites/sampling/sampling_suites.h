@@ -14,31 +14,41 @@ void register_rejection_sample(Registry& registry);
 
 // softmax(logits / temperature) restricted to its top-p set (tokens whose strictly larger logits hold
 // < top_p of the mass; equal logits are kept or dropped together) and renormalized, in double.
-// `margin`, if given, gets the smallest |mass above a kept-or-dropped group − top_p|: how near the
-// set's edge came to a tie that float arithmetic could decide either way (1 without a filter).
-std::vector<double> filtered_probabilities(const std::vector<double>& logits, double temperature, double top_p,
-                                           double* margin = nullptr);
+std::vector<double> filtered_probabilities(const std::vector<double>& logits, double temperature, double top_p);
 
-// The token drawn from weights r with uniform u: the first, in index order, whose cumulative weight
-// exceeds u·Σr; the last with r > 0 if none. `margin`, if given, gets the distance of u·Σr from the
-// drawn token's cumulative bounds over Σr.
-int draw_from(const std::vector<double>& r, double u, double* margin = nullptr);
+// A draw from weights r with uniform u: `token` is the first, in index order, whose cumulative weight
+// exceeds u·Σr (the last with r > 0 if none). [first, last] holds the tokens whose cumulative bounds
+// lie within tie_margin·Σr of u·Σr: any of them with r > 0 is what fp32 sums could draw.
+struct Draw {
+  int token = -1, first = -1, last = -1;
+  bool admits(const std::vector<double>& r, int t) const;
+};
+Draw draw_from(const std::vector<double>& r, double u, double tie_margin = 0);
 
 // One sequence's rows as doubles: row(target_row, i) is target row i (0..K) or draft row i (0..K−1).
 using RowSource = std::function<std::vector<double>(bool target_row, int64_t i)>;
 
+// One sequence's outcome as an implementation wrote it, for the reference to follow.
+struct SequenceOutcome {
+  int32_t accepted = 0;
+  std::vector<int32_t> tokens;  // K + 1
+};
+
 struct RejectionResult {
   std::vector<int32_t> tokens;  // K + 1: accepted drafts, the correction or bonus token, then −1
   int32_t accepted = 0;
-  // The smallest margin of any decision (an acceptance test relative to its operands, a draw relative
-  // to its total): below ~1e-5 fp32 arithmetic could decide otherwise. Top-p edges are not counted
-  // (rejection_reference.cu says why).
-  double margin = 1;
+  // Decisions within the tie margin: an acceptance test with |u·q − p| < margin·max(u·q, p), a draw with
+  // more than one token within margin·Σr of u·Σr. Greedy has none (its argmax is exact, lowest index on
+  // ties); top-p edges are not counted (rejection_reference.cu says why).
+  int ambiguous_decisions = 0;
 };
 
 // kernels/sampling/rejection_sample.h's algorithm for sequence `sequence` (its Philox subsequence) in
-// double, with the kernels' own uniforms (philox.h).
+// double, with the kernels' own uniforms (philox.h). At an ambiguous decision (within `tie_margin`)
+// it takes `follow`'s side where `follow` is given and took one of the admissible sides (accepted the
+// draft or not; drew a token within the margin), its own otherwise; every clear decision is its own.
 RejectionResult rejection_sample_reference(const RowSource& rows, const int32_t* draft_tokens, int64_t draft_len,
-                                           int64_t sequence, const kernels::SamplingParams& params);
+                                           int64_t sequence, const kernels::SamplingParams& params,
+                                           double tie_margin = 0, const SequenceOutcome* follow = nullptr);
 
 }  // namespace topt::suites

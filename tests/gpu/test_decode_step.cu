@@ -39,10 +39,13 @@ Case step_case(int64_t layers, int64_t batch, int64_t context, int64_t q_len = 1
 
 class RopeOp : public GpuTest {};
 
+// head_dim 24: scalar elements (not a multiple of 16); 256: 16 vectors per half; 2048 tokens of 48
+// heads: one block per token, threads taking more than one head.
 TEST_F(RopeOp, EveryImplPassesBothReferences) {
   for (DType dt : dtype_grid())
-    for (auto [tokens, heads, kv_heads, head_dim] : std::vector<std::array<int64_t, 4>>{
-             {1, 2, 1, 128}, {37, 4, 2, 64}, {300, 8, 8, 128}})
+    for (auto [tokens, heads, kv_heads, head_dim] : shape_grid<std::array<int64_t, 4>>(
+             {{1, 2, 1, 128}, {37, 4, 2, 64}, {300, 8, 8, 128}, {5, 3, 1, 24}, {3, 2, 2, 256}},
+             {{2048, 32, 8, 128}}))
       for (int64_t cpu_max : {int64_t(1) << 22, int64_t(0)})
         for (const char* impl : {"unfused", "ours"}) {
           const Case c = rope_case(tokens, heads, kv_heads, head_dim, dt);

@@ -86,13 +86,11 @@ TEST(RejectionReference, FilteredProbabilitiesByHand) {
   EXPECT_NEAR(p[0], 0.1, 1e-15);
   EXPECT_NEAR(p[3], 0.4, 1e-15);
   // top_p 0.6: the mass above 0.3 is 0.4 < 0.6 (kept), above 0.2 is 0.7 (dropped): 0.4/0.7, 0.3/0.7.
-  double margin = 0;
-  p = suites::filtered_probabilities(x, 1.0, 0.6, &margin);
+  p = suites::filtered_probabilities(x, 1.0, 0.6);
   EXPECT_EQ(p[0], 0);
   EXPECT_EQ(p[1], 0);
   EXPECT_NEAR(p[2], 0.3 / 0.7, 1e-15);
   EXPECT_NEAR(p[3], 0.4 / 0.7, 1e-15);
-  EXPECT_NEAR(margin, 0.1, 1e-12);  // 0.7 − 0.6 and 0.6 − 0.4: the nearer is 0.1
   // Temperature 2 halves the logits: weights 1, √2, √3, 2.
   p = suites::filtered_probabilities(x, 2.0, 1.0);
   EXPECT_NEAR(p[3] / p[0], 2.0, 1e-12);
@@ -105,12 +103,96 @@ TEST(RejectionReference, FilteredProbabilitiesByHand) {
 
 TEST(RejectionReference, DrawTakesTheFirstTokenPastTheTarget) {
   const std::vector<double> r{0.0, 0.25, 0.0, 0.75};
-  EXPECT_EQ(suites::draw_from(r, 0.1), 1);
-  EXPECT_EQ(suites::draw_from(r, 0.25), 3);  // cumulative 0.25 is not past 0.25
-  EXPECT_EQ(suites::draw_from(r, 1.0), 3);   // u = 1: the last token with weight
-  double margin = 0;
-  suites::draw_from(r, 0.5, &margin);
-  EXPECT_NEAR(margin, 0.25, 1e-15);
+  EXPECT_EQ(suites::draw_from(r, 0.1).token, 1);
+  EXPECT_EQ(suites::draw_from(r, 0.25).token, 3);  // cumulative 0.25 is not past 0.25
+  EXPECT_EQ(suites::draw_from(r, 1.0).token, 3);   // u = 1: the last token with weight
+  // Without a margin only the drawn token is admissible.
+  const suites::Draw d = suites::draw_from(r, 0.5);
+  EXPECT_EQ(d.first, 3);
+  EXPECT_EQ(d.last, 3);
+}
+
+TEST(RejectionReference, DrawNearABoundAdmitsBothNeighbours) {
+  const std::vector<double> r{0.25, 0.0, 0.25, 0.5};  // bounds at 0.25 and 0.5 of Σr = 1
+  // 0.5 − 1e-7 lies within 1e-6 of the bound between tokens 2 and 3: both may be drawn, token 1 (no
+  // weight) and token 0 (far) may not.
+  const suites::Draw near = suites::draw_from(r, 0.5 - 1e-7, 1e-6);
+  EXPECT_EQ(near.token, 2);
+  EXPECT_TRUE(near.admits(r, 2));
+  EXPECT_TRUE(near.admits(r, 3));
+  EXPECT_FALSE(near.admits(r, 0));
+  EXPECT_FALSE(near.admits(r, 1));
+  // 0.4 is 0.1 from every bound: clear, one token.
+  const suites::Draw clear = suites::draw_from(r, 0.4, 1e-6);
+  EXPECT_EQ(clear.first, 2);
+  EXPECT_EQ(clear.last, 2);
+  // The weightless token 1 between 0 and 2 is inside a window around 0.25, and still not admitted.
+  const suites::Draw skip = suites::draw_from(r, 0.25, 1e-6);
+  EXPECT_EQ(skip.token, 2);
+  EXPECT_TRUE(skip.admits(r, 0));
+  EXPECT_FALSE(skip.admits(r, 1));
+  EXPECT_TRUE(skip.admits(r, 2));
+}
+
+// One sequence of K = 2 over V = 3 made so that u_0·q_0(t_0) equals p_0(t_0) up to 1e-9 (relative):
+// the first acceptance test is a tie. Target rows are chosen from the Philox uniforms of sequence 0.
+struct TiedSequence {
+  std::vector<std::vector<double>> target, draft;
+  int32_t drafts[2] = {0, 1};
+  kernels::SamplingParams params;
+  suites::RowSource rows() const {
+    return [this](bool target_row, int64_t i) { return target_row ? target[size_t(i)] : draft[size_t(i)]; };
+  }
+  TiedSequence() {
+    params.seed = 77;
+    const double u0 = kernels::philox_uniform(params.seed, 0, 0);
+    // Draft row 0: q(0) = 1/2 (logits 0, −ln 2, −ln 2 → 1/2, 1/4, 1/4). Target row 0: p(0) = u0/2·(1 + 1e-9).
+    draft = {{0, -std::log(2.0), -std::log(2.0)}, {0, 0, 0}};
+    const double p0 = u0 / 2 * (1 + 1e-9), rest = (1 - p0) / 2;
+    target = {{std::log(p0), std::log(rest), std::log(rest)}, {0, 0, 0}, {0, 1, 2}};
+  }
+};
+
+TEST(RejectionReference, AnAcceptanceWithinTheMarginFollowsTheImplementation) {
+  const TiedSequence s;
+  // Without a margin the reference decides on its own: u0·q < p, draft 0 accepted.
+  const auto own = suites::rejection_sample_reference(s.rows(), s.drafts, 2, 0, s.params);
+  EXPECT_GE(own.accepted, 1);
+  EXPECT_EQ(own.ambiguous_decisions, 0);
+  // With a margin of 1e-6 the test is ambiguous, and either side is taken where the implementation took it.
+  const auto counted = suites::rejection_sample_reference(s.rows(), s.drafts, 2, 0, s.params, 1e-6);
+  EXPECT_GE(counted.ambiguous_decisions, 1);
+  EXPECT_EQ(counted.tokens, own.tokens);  // no outcome to follow: its own side
+  suites::SequenceOutcome rejected{0, {-1, -1, -1}};
+  const auto along = suites::rejection_sample_reference(s.rows(), s.drafts, 2, 0, s.params, 1e-6, &rejected);
+  EXPECT_EQ(along.accepted, 0);
+  // After the rejection the draw from max(0, p − q) is the reference's own: the implementation's −1
+  // is no token, so the check would still fail it at token 0.
+  EXPECT_GE(along.tokens[0], 0);
+  EXPECT_NE(along.tokens[0], rejected.tokens[0]);
+}
+
+TEST(RejectionReference, AClearDecisionIgnoresTheImplementation) {
+  TiedSequence s;
+  s.target[0] = {5, 0, 0};  // p(0) ≈ 0.987 against u0·q(0) ≤ 1/2: accepted whatever the implementation says
+  suites::SequenceOutcome rejected{0, {2, -1, -1}};
+  const auto r = suites::rejection_sample_reference(s.rows(), s.drafts, 2, 0, s.params, 1e-6, &rejected);
+  EXPECT_GE(r.accepted, 1);
+  EXPECT_NE(r.tokens, rejected.tokens);
+}
+
+TEST(RejectionReference, GreedyTiesTakeTheLowestIndexAndAreNotAmbiguous) {
+  // Target row 0 has equal maxima at 1 and 2: draft 2 is rejected, token 1 emitted, nothing ambiguous.
+  const std::vector<std::vector<double>> target{{0, 4, 4}, {0, 0, 0}}, draft{{0, 0, 0}};
+  auto rows = [&](bool target_row, int64_t i) { return target_row ? target[size_t(i)] : draft[size_t(i)]; };
+  const int32_t drafts[] = {2};
+  kernels::SamplingParams params;
+  params.greedy = true;
+  suites::SequenceOutcome other_tie{1, {2, 0}};
+  const auto r = suites::rejection_sample_reference(rows, drafts, 1, 0, params, 1e-6, &other_tie);
+  EXPECT_EQ(r.accepted, 0);
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{1, -1}));
+  EXPECT_EQ(r.ambiguous_decisions, 0);
 }
 
 TEST(RejectionReference, GreedyAcceptsTheArgmaxAndStopsAtTheFirstOther) {
