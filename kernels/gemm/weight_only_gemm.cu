@@ -204,8 +204,8 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_
 // One or two token tiles: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16 (two tiles need
 // ~112 unbounded; held to 80 they spill a few words, read once per two batches, from L1).
 //
-// Instructions per chunk (a lane's 32 weights) are what limit int4 (ncu, session 13: issue-bound at 65%
-// of the read bound with 162 a chunk). So: the batches alternate between two register sets (no copies),
+// Instructions per chunk (a lane's 32 weights) are what limit int4 (ncu, session 13, 70B gate+up M = 1:
+// issue slots 65% busy, the ALU pipe 72%, DRAM 55%, with 162 a chunk in the loop; W4A16_NOTES.md). So: the batches alternate between two register sets (no copies),
 // chunk indices are 32-bit, loads past the warp's range are skipped rather than zero-filled (their
 // chunks are never computed), x is bounds-checked only in the chunk where K ends, and the scale group is
 // a multiply-shift, not a division.
