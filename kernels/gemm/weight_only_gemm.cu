@@ -15,9 +15,12 @@ namespace topt::kernels::gemm {
 
 namespace {
 
-// Bytes of weights a lane loads as one batch: 4 int4 chunks (2 int8). The next batch is loaded while
-// this one is computed: up to 4 KB in flight a warp, 32 KB a block of 8 warps.
-constexpr int kLanePrefetchBytes = 64;
+// Bytes of weights a lane loads as one batch: 3 int4 chunks, 2 int8 ones, 1 of 16-bit weights. The next
+// batch is loaded while this one is computed: up to 2 batches in flight a warp (int4: 3 KB, 72 KB an SM
+// at 3 blocks, against the ~20 KB that Little's law asks at 3.35 TB/s). int4 takes 3, not 4: with 4 the
+// kernel needs ~114 registers (the compiler overlaps the chunks of a batch) and loses its third block
+// per SM or spills.
+__host__ __device__ constexpr int lane_prefetch_bytes(int bits) { return bits == 4 ? 48 : 64; }
 
 struct DecodeParams {
   const __nv_bfloat16* x;
@@ -28,7 +31,8 @@ struct DecodeParams {
   float* partials;  // splits > 1: fp32 [splits, M, N]
   int* arrivals;    // splits > 1: splits finished per block column (blockIdx.x), zero between launches
   int64_t m, n, k, chunks;
-  int64_t group_chunks;  // chunks per scale group
+  int full_chunks;                // chunks wholly inside K: x is read there without bounds checks
+  UnsignedDivider chunk_to_group;  // chunk → its scale group (chunks per group)
   int strips_per_block, splits;
 };
 
@@ -48,7 +52,8 @@ DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePl
   p.n = a.n;
   p.k = a.k;
   p.chunks = chunks;
-  p.group_chunks = a.format.group >= a.k ? chunks : a.format.group / kChunkK;
+  p.full_chunks = int(a.k / kChunkK);
+  p.chunk_to_group = UnsignedDivider(uint32_t(a.format.group >= a.k ? chunks : a.format.group / kChunkK));
   p.strips_per_block = plan.strips_per_block;
   p.splits = plan.splits;
   return p;
@@ -82,16 +87,24 @@ struct PackedRowGroupParams {
   static constexpr uint32_t kSymmetricBiasedZeros = 0x43084308u;  // bf16 136 = 128 + 8, twice
 };
 
-__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, int64_t group,
-                                                                      int64_t row0) {
+// The rows a lane reads the scale group parameters of: g and g + 8, rows past N (the last strip's)
+// taking row N − 1's (their sums are never stored).
+struct LaneParamRows {
+  uint32_t row[2];
+  __device__ LaneParamRows(const DecodeParams& p, int64_t row0)
+      : row{uint32_t(min(row0, p.n - 1)), uint32_t(min(row0 + 8, p.n - 1))} {}
+};
+
+// Offsets in 32 bits: n · groups < 2^31 (weight_only_unsupported).
+__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, uint32_t group,
+                                                                      const LaneParamRows& rows, bool zeros) {
   PackedRowGroupParams packed;
   packed.biased_zeros = 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + 8 * r;
-    const bool in = row < p.n;  // rows past N: scale 0
-    const uint32_t scale = in ? __ldg(reinterpret_cast<const unsigned short*>(p.scales) + group * p.n + row) : 0u;
-    const uint32_t zero = p.zeros && in ? __ldg(p.zeros + group * p.n + row) : 8u;
+    const uint32_t at = group * uint32_t(p.n) + rows.row[r];
+    const uint32_t scale = __ldg(reinterpret_cast<const unsigned short*>(p.scales) + at);
+    const uint32_t zero = zeros ? __ldg(p.zeros + at) : 8u;
     packed.scales |= scale << (16 * r);
     packed.biased_zeros |= (0x4300u + zero) << (16 * r);  // bf16 128 + zero exactly: 128 has 7 mantissa bits
   }
@@ -115,20 +128,33 @@ __device__ __forceinline__ RowGroupParams expand(const PackedRowGroupParams& pac
   return rp;
 }
 
-__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, int64_t group, int64_t row0) {
-  return expand(load_row_group_params(p, group, row0));
+__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, uint32_t group, int64_t row0) {
+  return expand(load_row_group_params(p, group, LaneParamRows(p, row0), p.zeros != nullptr));
 }
 
-// A tile's A fragment from its int4 word: register i holds nibbles i and i + 4 (weight_only_layout.h);
-// OR-ing them into 0x4300 (bf16 128.0, 7 mantissa bits) gives 128 + code exactly, minus 128 + zero is
-// code − zero exactly, times the scale is the one rounding.
-__device__ __forceinline__ void int4_fragment(uint32_t word, const RowGroupParams& rp, uint32_t (&a)[4]) {
+// (a & mask) | bits in one LOP3 (the compiler makes two of it: a LOP3 takes one immediate).
+__device__ __forceinline__ uint32_t mask_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // 0xea: (a & b) | c
+  return r;
+}
+
+// A tile's A fragment from its int4 word, unscaled: register i holds nibbles i and i + 4
+// (weight_only_layout.h); OR-ing them into 0x4300 (bf16 128.0, 7 mantissa bits) gives 128 + code
+// exactly, minus 128 + zero is code − zero exactly. Per 8 weights: 3 SHF, 4 LOP3, 4 HADD2.
+__device__ __forceinline__ void int4_code_fragment(uint32_t word, const RowGroupParams& rp, uint32_t (&a)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t biased = ((word >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
-    const int r = i & 1;  // registers 1 and 3 hold row g + 8
-    a[i] = bits_of(__hmul2(__hsub2(bf16x2_of(biased), rp.biased_zero[r]), rp.scale[r]));
+    const uint32_t biased = mask_or(word >> (4 * i), 0x000F000Fu, 0x43004300u);
+    a[i] = bits_of(__hsub2(bf16x2_of(biased), rp.biased_zero[i & 1]));  // registers 1 and 3 hold row g + 8
   }
+}
+
+// The same times the scale: each weight's one rounding (4 HMUL2 more per 8 weights).
+__device__ __forceinline__ void int4_fragment(uint32_t word, const RowGroupParams& rp, uint32_t (&a)[4]) {
+  int4_code_fragment(word, rp, a);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = bits_of(__hmul2(bf16x2_of(a[i]), rp.scale[i & 1]));
 }
 
 // Byte `index` of `word` (code + 128) as an fp32 code: the byte placed in the mantissa of 2^23.
@@ -155,15 +181,14 @@ struct LaneK {
   static constexpr int kHalfOffset = kBits == 16 ? 32 : 8;
 };
 
-// Lane t's B fragments for all four tiles of a chunk: x[token][k_lo, k_lo + 8) and [k_hi, k_hi + 8), as
-// 8 bf16 pairs; zeros past M and K (K is a multiple of 8: a 16-byte run is all in or all out).
-__device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t k_lo, int64_t k_hi,
-                                       uint32_t (&xb)[8]) {
-  const bool row_in = token < p.m;
-  const __nv_bfloat16* row = p.x + (row_in ? token * p.k : 0);
+// Lane t's B fragments for all four tiles of a chunk: x[token][k_lo, k_lo + 8) and [k_lo + kHalfOffset,
+// + 8), as 8 bf16 pairs, from `at` = &x[token][k_lo]. kCheckK (the chunk that K ends in): zeros past K
+// (K is a multiple of 8: a 16-byte run is all in or all out).
+template <int kHalfOffset, bool kCheckK>
+__device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_t k, uint32_t (&xb)[8]) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const uint4 lo = row_in && k_lo < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_lo)) : zero;
-  const uint4 hi = row_in && k_hi < p.k ? __ldg(reinterpret_cast<const uint4*>(row + k_hi)) : zero;
+  const uint4 lo = !kCheckK || k_lo < k ? __ldg(reinterpret_cast<const uint4*>(at)) : zero;
+  const uint4 hi = !kCheckK || k_lo + kHalfOffset < k ? __ldg(reinterpret_cast<const uint4*>(at + kHalfOffset)) : zero;
   xb[0] = lo.x, xb[1] = lo.y, xb[2] = lo.z, xb[3] = lo.w;
   xb[4] = hi.x, xb[5] = hi.y, xb[6] = hi.z, xb[7] = hi.w;
 }
@@ -176,33 +201,44 @@ __device__ __forceinline__ void load_x(const DecodeParams& p, int token, int64_t
 // weights: as loaded) and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens
 // pad to 8, not 16. The warps of a strip sum in shared memory; one split writes y (int8: times the
 // channel's scale, in fp32), several write fp32 partials that the last of them to finish sums.
-// One token tile: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16. (Two tiles spill at 80.)
-template <int kBits, int kMTiles>
-__global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
+// One or two token tiles: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16 (two tiles need
+// ~112 unbounded; held to 80 they spill a few words, read once per two batches, from L1).
+//
+// Instructions per chunk (a lane's 32 weights) are what limit int4 (ncu, session 13, 70B gate+up M = 1:
+// issue slots 65% busy, the ALU pipe 72%, DRAM 55%, with 162 a chunk in the loop; W4A16_NOTES.md). So: the batches alternate between two register sets (no copies),
+// chunk indices are 32-bit, loads past the warp's range are skipped rather than zero-filled (their
+// chunks are never computed), x is bounds-checked only in the chunk where K ends, and the scale group is
+// a multiply-shift, not a division.
+// kZeros: int4 with zero points (args.zeros); without, the zero is 8 and nothing about it is loaded.
+template <int kBits, int kMTiles, bool kZeros = false>
+__global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
     weight_only_decode_kernel(const DecodeParams p) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
-  constexpr int kUnroll = kLanePrefetchBytes / lane_chunk_bytes(kBits);
+  constexpr int kUnroll = lane_prefetch_bytes(kBits) / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
+  // int4 at one token tile: a chunk's products sum in fp32 over the exact codes − zero and take the rows'
+  // scales once (4 FFMA instead of 16 HMUL2 on the weights, and no rounding of the weights). At two tiles
+  // its 4 registers a tile more cost spills at 80 registers; at 4 or 8 it is more FFMA than it saves.
+  constexpr bool kScaleSums = kBits == 4 && kMTiles == 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int strips_per_block = p.strips_per_block, slices = kDecodeWarps / strips_per_block;
   const int64_t strip = int64_t(blockIdx.x) * strips_per_block + warp % strips_per_block;
   const int slice = warp / strips_per_block;
-  const int64_t split_begin = p.chunks * blockIdx.y / p.splits, split_end = p.chunks * (blockIdx.y + 1) / p.splits;
-  const int64_t c_begin = split_begin + (split_end - split_begin) * slice / slices;
+  const int split_begin = int(p.chunks * blockIdx.y / p.splits), split_end = int(p.chunks * (blockIdx.y + 1) / p.splits);
+  const int c_begin = split_begin + (split_end - split_begin) * slice / slices;
   // A strip past N (the last block's) streams nothing but still meets the others at the barrier.
-  const int64_t c_end = strip * kStripN < p.n ? split_begin + (split_end - split_begin) * (slice + 1) / slices
-                                              : c_begin;
+  const int c_end = strip * kStripN < p.n ? split_begin + (split_end - split_begin) * (slice + 1) / slices : c_begin;
   const int64_t row0 = strip * kStripN + g;
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
   // The lane's two runs of 8 k in chunk c (LaneK).
-  auto k_lo_of = [&](int64_t c) { return c * kChunkK + LaneK<kBits>::kLaneK * t; };
+  auto k_lo_of = [&](int c) { return c * kChunkK + LaneK<kBits>::kLaneK * t; };
   constexpr int kHalfOffset = LaneK<kBits>::kHalfOffset;
 
   // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row
   // g's runs at k_lo and k_lo + kHalfOffset, 2, 3 row g + 8's (tile j's fragment is the lane's k
   // 4j .. 4j + 3 of each row, as in the packed layouts); nothing is read past N or K.
-  auto load_weights = [&](int64_t c, int v) {
+  auto load_weights = [&](int c, int v) {
     if constexpr (kBits == 16) {
       const int64_t row = row0 + 8 * (v / 2), k = k_lo_of(c) + kHalfOffset * (v % 2);
       if (row >= p.n || k >= p.k) return make_uint4(0, 0, 0, 0);
@@ -213,72 +249,111 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles == 1 ? 3 : 0)
     }
   };
 
-  // Lane's shares of chunks c0 .. c0 + kUnroll − 1 (zeros past the warp's range).
-  auto load_batch = [&](int64_t c0, uint4 (&wv)[kUnroll][kLaneVecs]) {
+  // The lane's shares of chunks c0 .. c0 + kUnroll − 1 that are in the warp's range (the others are
+  // left as they are: no chunk past c_end is computed).
+  auto load_batch = [&](int c0, uint4 (&wv)[kUnroll][kLaneVecs]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = c0 + u < c_end ? load_weights(c0 + u, v) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kLaneVecs; ++v)
+        if (c0 + u < c_end) wv[u][v] = load_weights(c0 + u, v);
   };
 
   // int4: the scale group params of a batch's chunks load with its weights, a batch ahead (loaded where
-  // the group changes, they stalled the warp for an L2 round trip every group). The four lanes of a row
-  // pair (t = 0..3) each load those of one chunk of the batch (kUnroll = 4); chunk u's are shuffled from
+  // the group changes, they stalled the warp for an L2 round trip every group). The lanes of a row pair
+  // (t = 0..3) each load those of one chunk of the batch (t < kUnroll); chunk u's are shuffled from
   // lane t = u.
-  static_assert(kBits != 4 || kUnroll == 4, "one chunk's scale group params per lane of a row pair");
-  auto load_group_params = [&](int64_t c0) {
+  static_assert(kBits != 4 || kUnroll <= 4, "one chunk's scale group params per lane of a row pair");
+  const LaneParamRows param_rows(p, row0);
+  auto load_group_params = [&](int c0) {
     PackedRowGroupParams packed;
     if constexpr (kBits == 4) {
-      const int64_t c = c0 + t;
-      if (c < c_end) packed = load_row_group_params(p, uint32_t(c) / uint32_t(p.group_chunks), row0);
+      const int c = max(min(c0 + min(t, kUnroll - 1), c_end - 1), 0);  // past the range: one that exists (unused)
+      packed = load_row_group_params(p, p.chunk_to_group.divide(uint32_t(c)), param_rows, kZeros);
     }
     return packed;
   };
 
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
-  uint4 wv[kUnroll][kLaneVecs];
-  load_batch(c_begin, wv);
-  PackedRowGroupParams group_params = load_group_params(c_begin);
-  for (int64_t c0 = c_begin; c0 < c_end; c0 += kUnroll) {
-    // The next batch's loads go out before this one's math: two batches in flight per warp.
-    uint4 next[kUnroll][kLaneVecs];
-    load_batch(c0 + kUnroll, next);
-    const PackedRowGroupParams next_group_params = load_group_params(c0 + kUnroll);
+
+  // x at the lane's first k of chunk 0, per token tile. A token past M reads token M − 1's row: B's
+  // column n reaches only y's column n, which is not stored past M, so no predicate and no zeros.
+  const __nv_bfloat16* x_lane[kMTiles];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) x_lane[mt] = p.x + min(int64_t(8 * mt + g), p.m - 1) * p.k + k_lo_of(0);
+
+  // Chunk c (the u-th of its batch): x, the four tiles' fragments, kMTiles mma.sync each.
+  auto compute_chunk = [&](int c, int u, const uint4 (&wv)[kLaneVecs], const PackedRowGroupParams& batch_params) {
+    RowGroupParams rp{};
+    PackedRowGroupParams chunk_params;
+    if constexpr (kBits == 4) {
+      const int source = (lane & ~3) | u;
+      chunk_params.scales = __shfl_sync(0xffffffffu, batch_params.scales, source);
+      if constexpr (kZeros) chunk_params.biased_zeros = __shfl_sync(0xffffffffu, batch_params.biased_zeros, source);
+      rp = expand(chunk_params);
+    }
+    uint32_t xb[kMTiles][8];
+    // A uniform branch: the bounds-checked loads only in the chunk that K ends in. (Peeling that chunk
+    // out of the loop, or checking every chunk, measured worse in registers or instructions.)
+    if (c < p.full_chunks) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, false>(x_lane[mt] + c * kChunkK, k_lo_of(c), p.k, xb[mt]);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, true>(x_lane[mt] + c * kChunkK, k_lo_of(c), p.k, xb[mt]);
+    }
+    float chunk_sums[kMTiles][4] = {};  // kScaleSums: this chunk's unscaled products
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(wv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t a[4];
+      if constexpr (kScaleSums) {
+        int4_code_fragment(words[j], rp, a);
+      } else if constexpr (kBits == 4) {
+        int4_fragment(words[j], rp, a);
+      } else if constexpr (kBits == 8) {
+        int8_fragment(words[2 * j], words[2 * j + 1], a);
+      } else {  // bf16: row g's words 0-7, row g + 8's 8-15; registers 1 and 3 hold row g + 8
+        a[0] = words[2 * j], a[1] = words[8 + 2 * j], a[2] = words[2 * j + 1], a[3] = words[8 + 2 * j + 1];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        mma_bf16_m16n8k16(kScaleSums ? chunk_sums[mt] : acc[mt], a, xb[mt][2 * j], xb[mt][2 * j + 1]);
+    }
+    if constexpr (kScaleSums) {
+      // The scales as fp32 (a bf16 is the high half of its fp32): row g's is the low half of the pair,
+      // g + 8's the high one. Accumulators 0, 1 are row g, 2, 3 row g + 8.
+      const float row_scale[2] = {__uint_as_float(chunk_params.scales << 16),
+                                  __uint_as_float(chunk_params.scales & 0xffff0000u)};
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(chunk_sums[mt][i], row_scale[i >> 1], acc[mt][i]);
+    }
+  };
+
+  auto compute_batch = [&](int c0, const uint4 (&wv)[kUnroll][kLaneVecs], const PackedRowGroupParams& batch_params) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u;
-      if (c >= c_end) break;  // the same for the whole warp: the shuffles below see every lane
-      RowGroupParams rp{};
-      if constexpr (kBits == 4) {
-        PackedRowGroupParams chunk_params;
-        const int source = (lane & ~3) | u;
-        chunk_params.scales = __shfl_sync(0xffffffffu, group_params.scales, source);
-        if (p.zeros) chunk_params.biased_zeros = __shfl_sync(0xffffffffu, group_params.biased_zeros, source);
-        rp = expand(chunk_params);
-      }
-      uint32_t xb[kMTiles][8];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_x(p, 8 * mt + g, k_lo_of(c), k_lo_of(c) + kHalfOffset, xb[mt]);
-      const uint32_t* words = reinterpret_cast<const uint32_t*>(wv[u]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t a[4];
-        if constexpr (kBits == 4) {
-          int4_fragment(words[j], rp, a);
-        } else if constexpr (kBits == 8) {
-          int8_fragment(words[2 * j], words[2 * j + 1], a);
-        } else {  // bf16: row g's words 0-7, row g + 8's 8-15; registers 1 and 3 hold row g + 8
-          a[0] = words[2 * j], a[1] = words[8 + 2 * j], a[2] = words[2 * j + 1], a[3] = words[8 + 2 * j + 1];
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) mma_bf16_m16n8k16(acc[mt], a, xb[mt][2 * j], xb[mt][2 * j + 1]);
-      }
+      if (c0 + u >= c_end) break;  // the same for the whole warp: the shuffles see every lane
+      compute_chunk(c0 + u, u, wv[u], batch_params);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v) wv[u][v] = next[u][v];
-    group_params = next_group_params;
+  };
+
+  // Two batches in flight per warp: the next one's loads go out before this one's math, into the other
+  // register set.
+  uint4 batch[2][kUnroll][kLaneVecs];
+  PackedRowGroupParams batch_params[2];
+  load_batch(c_begin, batch[0]);
+  batch_params[0] = load_group_params(c_begin);
+  for (int c0 = c_begin; c0 < c_end; c0 += 2 * kUnroll) {
+    load_batch(c0 + kUnroll, batch[1]);
+    batch_params[1] = load_group_params(c0 + kUnroll);
+    compute_batch(c0, batch[0], batch_params[0]);
+    if (c0 + kUnroll >= c_end) break;
+    load_batch(c0 + 2 * kUnroll, batch[0]);
+    batch_params[0] = load_group_params(c0 + 2 * kUnroll);
+    compute_batch(c0 + kUnroll, batch[1], batch_params[1]);
   }
 
   __shared__ float partial[kDecodeWarps][kMTiles * 8][kStripN + 1];  // (warp, token, row); +1: banks
@@ -352,7 +427,7 @@ __global__ void weight_only_dequantize_kernel(const DecodeParams p, __nv_bfloat1
   if (k >= p.k) return;  // K is a multiple of 8 and k of 4: k..k+3 all in or all out
   uint32_t a[4];
   if constexpr (kBits == 4) {
-    int4_fragment(words[tile], row_group_params(p, chunk / p.group_chunks, row0), a);
+    int4_fragment(words[tile], row_group_params(p, p.chunk_to_group.divide(uint32_t(chunk)), row0), a);
   } else {
     int8_fragment(words[2 * tile], words[2 * tile + 1], a);
     const RowGroupParams rp = row_group_params(p, 0, row0);
@@ -407,19 +482,21 @@ unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
 using DecodeKernel = void (*)(DecodeParams);
 
-template <int kBits>
+template <int kBits, bool kZeros = false>
 DecodeKernel decode_kernel_for_tiles(int64_t m) {
   const int64_t tiles = (m + 7) / 8;
-  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1>;
-  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2>;
-  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4>;
-  return weight_only_decode_kernel<kBits, 8>;
+  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1, kZeros>;
+  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2, kZeros>;
+  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4, kZeros>;
+  return weight_only_decode_kernel<kBits, 8, kZeros>;
 }
 
-// The decode kernel for these weights' bits and token count (n8 token tiles rounded to 1, 2, 4, 8).
+// The decode kernel for these weights' bits, zero points and token count (n8 token tiles rounded to 1,
+// 2, 4, 8).
 DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
   switch (args.format.bits) {
-    case 4: return decode_kernel_for_tiles<4>(args.m);
+    case 4:
+      return args.zeros ? decode_kernel_for_tiles<4, true>(args.m) : decode_kernel_for_tiles<4>(args.m);
     case 8: return decode_kernel_for_tiles<8>(args.m);
     default: return decode_kernel_for_tiles<16>(args.m);
   }
@@ -442,6 +519,9 @@ std::string weight_only_unsupported(int64_t n, int64_t k, const WeightFormat& f)
   if (f.bits != 4) return "weights are int4 or int8, not " + std::to_string(f.bits) + "-bit";
   if (f.group < k && f.group % kChunkK != 0)
     return "group = " + std::to_string(f.group) + " is neither a multiple of 64 (a chunk of K) nor >= k (per channel)";
+  if (n * scale_groups(k, std::min(f.group, k)) >= (int64_t(1) << 31))
+    return "n × scale groups = " + std::to_string(n * scale_groups(k, std::min(f.group, k))) +
+           " is not below 2^31 (the decode kernel's 32-bit scale offsets)";
   return "";
 }
 

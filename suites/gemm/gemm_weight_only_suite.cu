@@ -186,11 +186,11 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, spread by `plan_of` (M, N, K, blocks
-// resident on the GPU at once);
-// above, W dequantized to bf16 and the core's bf16 GEMM (choose_weight_only_path), timed together.
-using DecodePlanner = kernels::gemm::WeightOnlyDecodePlan (*)(int64_t m, int64_t n, int64_t k, int resident_blocks);
-std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner plan_of, cudaStream_t stream) {
+// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, one strip of 16 rows per block, its 8 warps
+// splitting K (kStripPerBlockPlan: no workspace; ours_v2, spread by plan_weight_only_decode with K split
+// across blocks, was slower on every row measured on the H100 and is gone); above, W dequantized to bf16
+// and the core's bf16 GEMM (choose_weight_only_path), timed together.
+std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
   const WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m);
@@ -198,17 +198,10 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
   if (path == WeightOnlyPath::decode) {
     const int resident_blocks = kernels::gemm::weight_only_decode_blocks_per_sm(args) * current_device_sm_count();
-    const auto plan = plan_of(p.shape.m, p.shape.n, p.shape.k, resident_blocks);
-    auto workspace = std::make_shared<DeviceBuffer>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan),
-                                                    "decode split-K partials and arrival counters");
-    kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
-    inst->buffers = {workspace};
     inst->extra.insert(inst->extra.end(), {{"plan_resident_blocks", resident_blocks},
-                                           {"plan_strips_per_block", plan.strips_per_block},
-                                           {"plan_splits", plan.splits},
-                                           {"plan_grid", double(plan.blocks(p.shape.n))}});
-    inst->step = [args, plan, workspace](cudaStream_t s) {
-      kernels::gemm::run_weight_only_decode(args, plan, workspace->get(), s);
+                                           {"plan_grid", double(kernels::gemm::kStripPerBlockPlan.blocks(p.shape.n))}});
+    inst->step = [args](cudaStream_t s) {
+      kernels::gemm::run_weight_only_decode(args, kernels::gemm::kStripPerBlockPlan, nullptr, s);
     };
     return inst;
   }
@@ -224,10 +217,6 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, DecodePlanner
   core.k = p.shape.k;
   inst->inner = core_gemm_instance(core, {}, kernels::gemm::SplitReduce::kernel, stream);
   return inst;
-}
-
-kernels::gemm::WeightOnlyDecodePlan strip_per_block_plan(int64_t, int64_t, int64_t, int) {
-  return kernels::gemm::kStripPerBlockPlan;
 }
 
 // dequant_cublaslt: the dequantize kernel into a bf16 W, then cuBLASLt on it, timed together. W is
@@ -339,18 +328,7 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; M > 64: dequantize then the sm90 "
        "core",
        nullptr,
-       [](const Problem& p, const Case&, cudaStream_t s) {
-         return prepare_ours(as_weight_only(p), strip_per_block_plan, s);
-       },
-       "weights"},
-      {"ours_v2", Role::ours,
-       "ours; up to 8 strips a block (warps of different strips share x through L1) and K split across blocks "
-       "so the blocks fill their last wave, partials summed by the last split to finish (plan_weight_only_decode)",
-       nullptr,
-       [](const Problem& p, const Case&, cudaStream_t s) {
-         return prepare_ours(as_weight_only(p), kernels::gemm::plan_weight_only_decode, s);
-       },
-       "weights"},
+       prepare(prepare_ours), "weights"},
   };
   return op;
 }

@@ -253,13 +253,13 @@ Case weight_only_case(const GemmCase& g, const WeightOnlyFormat& f) {
   return make_case("gemm_w4a16", p, DType::bf16);
 }
 
-// M = 1, 3 (one n8 tile), 17 (three of four tiles), 64 (the decode kernel's widest) and 130 (dequantize +
-// the core); N off the 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8). 40×1032:
-// ours_v2 puts the 3 strips in one block of 8 (five warp-strips past N) and splits K 8 ways (the most
-// blocks: far from a full wave on any GPU).
+// M = 1, 3 (one n8 tile: int4's fp32-scaled sums), 9 (two tiles, tokens 9..15 reading token 8's row),
+// 17 (three of four tiles), 64 (the decode kernel's widest) and 130 (dequantize + the core); N off the
+// 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8: warps with no chunk, and a last
+// chunk that K ends in).
 std::vector<GemmCase> weight_only_cases() {
   std::vector<GemmCase> small, large;
-  for (int64_t m : {1, 3, 17, 64, 130}) {
+  for (int64_t m : {1, 3, 9, 17, 64, 130}) {
     small.push_back({m, 40, 200});
     small.push_back({m, 40, 1032});
     large.push_back({m, 1000, 1032});
@@ -288,7 +288,7 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   const auto& [shape, format] = GetParam();
   const Case c = weight_only_case(shape, format);
   ASSERT_EQ(builtin_registry().find(c.op)->invalid(c), "");
-  expect_impls_pass(*this, c, {"cublaslt", "dequant_cublaslt", "ours", "ours_v2"},
+  expect_impls_pass(*this, c, {"cublaslt", "dequant_cublaslt", "ours"},
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
@@ -401,16 +401,6 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
       EXPECT_TRUE(r.passes()) << plan.describe() << ", launch " << launch << ": " << r.describe();
     }
   }
-}
-
-// ours_v2's plan on the small test shape: several strips a block and K split (the partials' path).
-TEST_F(GpuTest, WeightOnlyV2SplitsKOnTheTestShape) {
-  const Case c = weight_only_case({1, 40, 1032}, {"w4", 128, "sym"});
-  const OpDef* def = builtin_registry().find(c.op);
-  auto problem = def->make_problem(c, 7, stream);
-  auto inst = def->find_impl("ours_v2")->prepare(*problem, c, stream);
-  EXPECT_EQ(metric_of(*inst, "plan_strips_per_block"), 8);
-  EXPECT_EQ(metric_of(*inst, "plan_splits"), 8);
 }
 
 // ours runs the decode kernel up to 64 tokens and hands larger M to the core (choose_weight_only_path).

@@ -93,6 +93,28 @@ TEST(WeightOnlyPack, Int4WordsAreRegisterReady) {
   }
 }
 
+// The decode kernel's chunk → scale group: every divisor a group can be in chunks (1 .. 2^20, and
+// every one up to 300), each against numerators at and around its multiples up to 2^31 − 1.
+TEST(WeightOnlyDivider, DividesLikeTheIntegerDivision) {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 300; ++d) divisors.push_back(d);
+  for (uint32_t d = 512; d <= (1u << 20); d = d * 3 / 2 + 1) divisors.push_back(d);
+  divisors.push_back(1u << 20);
+  std::mt19937 rng(5);
+  for (const uint32_t d : divisors) {
+    const UnsignedDivider divider(d);
+    std::vector<uint32_t> numerators = {0, 1, 0x7fffffffu, 0x7fffffffu - d};
+    for (int i = 0; i < 200; ++i) {
+      const uint32_t multiple = uint32_t(i) * d, random_multiple = uint32_t(rng() % (0x7fffffffu / d)) * d;
+      for (const uint32_t base : {multiple, random_multiple})
+        for (const uint32_t offset : {0u, 1u, d - 1})
+          if (uint64_t(base) + offset < 0x80000000u) numerators.push_back(base + offset);
+      numerators.push_back(rng() & 0x7fffffffu);
+    }
+    for (const uint32_t n : numerators) ASSERT_EQ(divider.divide(n), n / d) << n << " / " << d;
+  }
+}
+
 TEST(WeightOnlyPack, Int8CodesAreStoredBiasedBy128) {
   for (int code = -128; code < 128; ++code)
     EXPECT_EQ(code_of_stored(8, stored_code(8, uint8_t(int8_t(code)))), uint8_t(int8_t(code)));
