@@ -2,11 +2,15 @@
 // packed custom mask built from them, and the refusals of the decode kernel's limits.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "baselines/flashinfer/flashinfer_attention.h"
+#include "harness/config.h"
+#include "harness/registry.h"
+#include "harness/sweep.h"
 #include "kernels/attention/decode_attention.h"
 #include "kernels/attention/decode_tree.h"
 
@@ -92,3 +96,42 @@ TEST(DecodeTree, FlashInferPackedMask) {
 
 }  // namespace
 }  // namespace topt::kernels
+
+namespace topt {
+namespace {
+
+// An attention_decode case as the sweep expands it (defaults and the model preset applied).
+PlannedCase decode_case(const std::string& axes) {
+  const Config cfg = parse_config("ops:\n  - op: attention_decode\n    axes: {" + axes + "}\n", "test.yaml",
+                                  builtin_registry());
+  const auto cases = expand_sweep(cfg, builtin_registry());
+  if (cases.size() != 1) throw std::logic_error("expected one case of " + axes);
+  return cases[0];
+}
+
+// Who takes a tree and who refuses it, saying why; the cost counts the keys the tree lets each row
+// see (a binary tree of 7 tokens: depths 0, 1, 1, 2, 2, 2, 2, so 17 new-token keys, against a
+// chain's 28).
+TEST(DecodeTree, OpRefusalsAndCost) {
+  const PlannedCase tree = decode_case("model: llama2-7b, batch: 2, context: 100, q_len: 7, tree: binary, dtype: bf16");
+  std::map<std::string, std::string> why;
+  for (const PlannedImpl& p : tree.impls) why[p.impl->name] = p.skip_reason;
+  EXPECT_EQ(why.at("ours_v3"), "");
+  EXPECT_EQ(why.at("flashinfer"), "");
+  EXPECT_EQ(why.at("ours"), "tree masks: only the tma variant takes them");
+  EXPECT_EQ(why.at("cudnn"), "tree masks: cuDNN SDPA is built with causal and padding masks only");
+  EXPECT_EQ(why.at("gather_cublas"), "tree masks: gather_cublas's masked softmax is causal only");
+  EXPECT_EQ(why.at("flashinfer_simt"), "tree masks: FlashInfer's CUDA-core decode has no mask");
+  const PlannedCase chain = decode_case("model: llama2-7b, batch: 2, context: 100, q_len: 7, dtype: bf16");
+  for (const PlannedImpl& p : chain.impls)
+    if (p.impl->name != "flashinfer_simt") EXPECT_EQ(p.skip_reason, "") << p.impl->name;
+  // FLOPs = 4 · keys · heads · head_dim over 2 sequences of 100 tokens (93 context keys per row).
+  const double per_key = 4.0 * 32 * 128 * 2;
+  EXPECT_DOUBLE_EQ(tree.cost.flops, per_key * (7 * 93 + 17));
+  EXPECT_DOUBLE_EQ(chain.cost.flops, per_key * (7 * 93 + 28));
+  EXPECT_THROW(decode_case("model: llama2-7b, batch: 2, context: 100, q_len: 17, tree: wide, dtype: bf16"),
+               ConfigError);
+}
+
+}  // namespace
+}  // namespace topt
