@@ -21,6 +21,8 @@ namespace fi = ::flashinfer;
 
 // No custom mask, sliding window, soft cap or ALiBi.
 using DefaultVariant = fi::DefaultAttention<false, false, false, false>;
+// A custom mask (maybe_custom_mask, maybe_mask_indptr), nothing else.
+using CustomMaskVariant = fi::DefaultAttention<true, false, false, false>;
 
 // The fields DefaultAttention and the prefill kernels read beyond the layout (the generator's
 // "additional params" for backend fa2); all but sm_scale stay empty.

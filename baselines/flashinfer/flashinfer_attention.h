@@ -42,6 +42,18 @@ struct PagedKvTable {
 PagedKvTable paged_kv_table(const std::vector<int32_t>& block_table, int max_pages, const std::vector<int>& lens,
                             int page_size);
 
+// A custom mask as FlashInfer's prefill reads it (MaskMode::kCustom): per sequence its (q_len,
+// kv_len) bits row-major, packed little-endian into bytes, each sequence from a whole byte; indptr
+// (batch + 1) its first byte.
+struct PackedMask {
+  std::vector<uint8_t> bits;
+  std::vector<int32_t> indptr;
+};
+// The mask of token trees over paged caches: `words` (batch, q_len) as decode_tree.h's
+// tree_mask_from_parents writes them per sequence; a new token sees its sequence's context (all but
+// its last q_len keys) and the new tokens its word names.
+PackedMask tree_custom_mask(const std::vector<uint32_t>& words, int q_len, const std::vector<int>& lens);
+
 // Why FlashInfer's prefill, as instantiated here, cannot run a case; "" if it can.
 // paged: the decode peer (head_dim 128 only).
 std::string batch_prefill_unsupported(int head_dim, int heads, int kv_heads, DType dtype, bool paged);
@@ -82,6 +94,8 @@ class BatchAttentionPlan {
   // Paged runs: the page table on the device (uploaded once, not timed); its indptr must be the
   // shape's kv_indptr.
   void upload_page_table(const PagedKvTable& table, cudaStream_t stream);
+  // Paged fa2 runs with a custom mask in place of the causal one (uploaded once, not timed).
+  void upload_custom_mask(const PackedMask& mask, cudaStream_t stream);
 
   size_t workspace_bytes() const;
   double plan_us() const { return plan_us_; }  // host plan + finished upload, host clock, median
@@ -107,6 +121,7 @@ class BatchAttentionPlan {
   std::vector<int64_t> info_;  // the plan
   DeviceBuffer float_ws_, int_ws_, q_indptr_, kv_indptr_;
   DeviceBuffer pages_, last_page_len_;  // paged only: kv_indptr_ counts pages
+  DeviceBuffer mask_, mask_indptr_;     // paged fa2 with a custom mask only
   std::unique_ptr<void, cudaError_t (*)(void*)> pinned_{nullptr, cudaFreeHost};  // the plan's staging
   double plan_us_ = 0;
 };

@@ -69,6 +69,27 @@ PagedKvTable paged_kv_table(const std::vector<int32_t>& block_table, int max_pag
   return t;
 }
 
+PackedMask tree_custom_mask(const std::vector<uint32_t>& words, int q_len, const std::vector<int>& lens) {
+  if (q_len < 1 || words.size() != lens.size() * size_t(q_len))
+    throw std::invalid_argument("FlashInfer tree mask: " + std::to_string(words.size()) + " words for " +
+                                std::to_string(lens.size()) + " sequences of q_len " + std::to_string(q_len));
+  PackedMask m;
+  m.indptr.push_back(0);
+  for (size_t b = 0; b < lens.size(); ++b) {
+    const int64_t len = lens[b], first_new = len - q_len;
+    const size_t begin = m.bits.size();
+    m.bits.resize(begin + size_t((int64_t(q_len) * len + 7) / 8), 0);
+    for (int i = 0; i < q_len; ++i)
+      for (int64_t j = 0; j < len; ++j) {
+        const bool seen = j < first_new || (words[b * size_t(q_len) + size_t(i)] >> (j - first_new) & 1u);
+        const int64_t bit = int64_t(i) * len + j;
+        if (seen) m.bits[begin + size_t(bit / 8)] |= uint8_t(1u << (bit % 8));
+      }
+    m.indptr.push_back(int32_t(m.bits.size()));
+  }
+  return m;
+}
+
 std::string batch_prefill_unsupported(int head_dim, int heads, int kv_heads, DType dtype, bool paged) {
   if (dtype != DType::bf16 && dtype != DType::f16) return "FlashInfer peers are instantiated for bf16 and fp16";
   if (heads % kv_heads) return "heads must be a multiple of kv_heads";
@@ -157,9 +178,19 @@ void BatchAttentionPlan::upload_page_table(const PagedKvTable& table, cudaStream
   CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go
 }
 
+void BatchAttentionPlan::upload_custom_mask(const PackedMask& mask, cudaStream_t stream) {
+  if (mask.indptr.size() != shape_.q_indptr.size())
+    throw std::invalid_argument("FlashInfer custom mask: " + std::to_string(mask.indptr.size() - 1) +
+                                " sequences for a plan of " + std::to_string(shape_.batch()));
+  mask_ = DeviceBuffer(std::max<size_t>(mask.bits.size(), 1), "FlashInfer custom mask");
+  CUDA_CHECK(cudaMemcpyAsync(mask_.get(), mask.bits.data(), mask.bits.size(), cudaMemcpyHostToDevice, stream));
+  mask_indptr_ = upload(mask.indptr, "FlashInfer mask_indptr", stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go
+}
+
 size_t BatchAttentionPlan::workspace_bytes() const {
   return float_ws_.bytes() + int_ws_.bytes() + q_indptr_.bytes() + kv_indptr_.bytes() + pages_.bytes() +
-         last_page_len_.bytes();
+         last_page_len_.bytes() + mask_.bytes() + mask_indptr_.bytes();
 }
 
 void lse_log2_to_heads_major(const float* lse_log2, float* lse, int64_t total_q, int heads, cudaStream_t stream) {

@@ -1,6 +1,9 @@
 // FlashInfer's FA2-style batch prefill on a paged KV cache (BatchPrefillWithPagedKVCacheDispatched),
 // what FlashInfer runs for GQA decode (use_tensor_cores): bf16 and fp16, head_dim 128, the causal
-// mask (bottom-right: for one query token it masks nothing), the plan's three CTA tiles (6 kernels).
+// mask (bottom-right: for one query token it masks nothing) or an uploaded custom mask (token trees),
+// the plan's three CTA tiles (12 kernels).
+#include <type_traits>
+
 #include "baselines/flashinfer/batch_prefill_params.cuh"
 #include "baselines/flashinfer/flashinfer_attention.h"
 #include "harness/dtype_traits.cuh"
@@ -10,8 +13,9 @@ namespace topt::baselines::flashinfer {
 void BatchAttentionPlan::run_paged_fa2(const void* q, const void* k_pages, const void* v_pages, void* o,
                                        float* lse_log2, cudaStream_t stream) const {
   constexpr uint32_t kHeadDim = 128;
-  if (shape_.head_dim != int(kHeadDim) || !shape_.causal)
-    throw std::invalid_argument("FlashInfer paged prefill: instantiated for head_dim 128, causal");
+  const bool custom = mask_.bytes() > 0;
+  if (shape_.head_dim != int(kHeadDim) || !(shape_.causal || custom))
+    throw std::invalid_argument("FlashInfer paged prefill: instantiated for head_dim 128, causal or a custom mask");
   dispatch_half_dtype(shape_.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     PagedParams<T> p;
@@ -33,13 +37,24 @@ void BatchAttentionPlan::run_paged_fa2(const void* q, const void* k_pages, const
     T* tmp_v;
     float* tmp_s;
     set_schedule(p, info_, float_ws_.get(), int_ws_.get(), tmp_v, tmp_s);
-    dispatch_cta_tile_q(planned_cta_tile_q(info_), [&](auto tile) {
-      CUDA_CHECK((fi::BatchPrefillWithPagedKVCacheDispatched<tile.value, kHeadDim, kHeadDim,
-                                                             fi::PosEncodingMode::kNone,
-                                                             /*USE_FP16_QK_REDUCTION=*/false, fi::MaskMode::kCausal,
-                                                             DefaultVariant, PagedParams<T>>(
-          p, tmp_v, tmp_s, /*enable_pdl=*/false, stream)));
-    });
+    // variant: a null pointer of the variant's type (DefaultAttention builds only on the device).
+    auto launch = [&](auto mask_mode, auto* variant) {
+      dispatch_cta_tile_q(planned_cta_tile_q(info_), [&](auto tile) {
+        constexpr fi::MaskMode kMask = decltype(mask_mode)::value;
+        using Variant = std::remove_pointer_t<decltype(variant)>;
+        CUDA_CHECK((fi::BatchPrefillWithPagedKVCacheDispatched<tile.value, kHeadDim, kHeadDim,
+                                                               fi::PosEncodingMode::kNone,
+                                                               /*USE_FP16_QK_REDUCTION=*/false, kMask, Variant,
+                                                               PagedParams<T>>(
+            p, tmp_v, tmp_s, /*enable_pdl=*/false, stream)));
+      });
+    };
+    using Causal = std::integral_constant<fi::MaskMode, fi::MaskMode::kCausal>;
+    using Custom = std::integral_constant<fi::MaskMode, fi::MaskMode::kCustom>;
+    if (!custom) return launch(Causal{}, static_cast<DefaultVariant*>(nullptr));
+    p.maybe_custom_mask = static_cast<uint8_t*>(mask_.get());
+    p.maybe_mask_indptr = mask_indptr_.as<int32_t>();
+    launch(Custom{}, static_cast<CustomMaskVariant*>(nullptr));
   });
 }
 

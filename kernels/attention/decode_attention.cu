@@ -30,10 +30,11 @@ namespace {
 template <int R>
 using IntTag = std::integral_constant<int, R>;
 
-// Calls f(kernel, dynamic shared bytes, threads) for the variant, dtype, rows per block and (tma)
-// pipeline stages and consumer warps.
+// Calls f(kernel, dynamic shared bytes, threads) for the plan's variant, rows per block and (tma)
+// pipeline stages, consumer warps and tree mask, and the dtype.
 template <class F>
-void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int tma_stages, F&& f) {
+void dispatch_kernel(const DecodePlan& plan, DType dtype, F&& f) {
+  const DecodeVariant variant = plan.variant;
   dispatch_half_dtype(dtype, [&](auto type) {
     using T = typename decltype(type)::type;
     if (variant == DecodeVariant::mma)
@@ -44,24 +45,28 @@ void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int
     if (variant == DecodeVariant::mma_v2_2stage)
       return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes, kThreads);
     if (variant == DecodeVariant::tma) {
-      auto tma = [&](auto stages) {
+      auto tma = [&](auto stages, auto tree) {
         constexpr int S = decltype(stages)::value, W = tma_consumer_warps(S);
-        f(decode_tma_kernel<T, S, W>, TmaLayout<S, W>::bytes, tma_threads(W));
+        f(decode_tma_kernel<T, S, W, decltype(tree)::value>, TmaLayout<S, W>::bytes, tma_threads(W));
       };
-      if (tma_stages == kStagesTmaDeep) return tma(IntTag<kStagesTmaDeep>{});
-      return tma(IntTag<kStagesTma>{});
+      auto tma_tree = [&](auto stages) {
+        if (plan.tree) return tma(stages, std::true_type{});
+        return tma(stages, std::false_type{});
+      };
+      if (plan.tma_stages == kStagesTmaDeep) return tma_tree(IntTag<kStagesTmaDeep>{});
+      return tma_tree(IntTag<kStagesTma>{});
     }
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;
       f(decode_simt_kernel<T, R>, SmemLayout<R, true>::bytes, kThreads);
     };
-    switch (rows_per_block) {
+    switch (plan.rows_per_block) {
       case 1: return simt(IntTag<1>{});
       case 2: return simt(IntTag<2>{});
       case 4: return simt(IntTag<4>{});
       case 8: return simt(IntTag<8>{});
       case 16: return simt(IntTag<16>{});
-      default: throw Unsupported("decode attention: unsupported rows per block " + std::to_string(rows_per_block));
+      default: throw Unsupported("decode attention: unsupported rows per block " + std::to_string(plan.rows_per_block));
     }
   });
 }
@@ -70,7 +75,7 @@ void dispatch_kernel(DecodeVariant variant, DType dtype, int rows_per_block, int
 
 int kernel_blocks_per_sm(const DecodePlan& plan, DType dtype) {
   int blocks = 0;
-  dispatch_kernel(plan.variant, dtype, plan.rows_per_block, plan.tma_stages, [&](auto* kernel, size_t smem, int threads) {
+  dispatch_kernel(plan, dtype, [&](auto* kernel, size_t smem, int threads) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
   });
@@ -82,8 +87,11 @@ int kernel_blocks_per_sm(const DecodePlan& plan, DType dtype) {
 using namespace decode;
 
 void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
-                      const DecodePlan& plan, void* workspace, cudaStream_t stream) {
+                      const DecodePlan& plan, void* workspace, cudaStream_t stream, const uint32_t* tree_mask) {
   if (plan.workspace_bytes && !workspace) throw std::invalid_argument("decode attention: the plan needs a workspace");
+  if (plan.tree != (tree_mask != nullptr))
+    throw std::invalid_argument(plan.tree ? "decode attention: the plan is for a tree, and no tree mask was given"
+                                          : "decode attention: a tree mask for a plan without a tree");
   const WorkspaceLayout layout(kv, shape, plan);
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   const bool split = plan.splits > 1;
@@ -94,6 +102,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
                        kv.block_table,
                        kv.seq_lens,
                        plan.work.empty() ? nullptr : reinterpret_cast<const DecodeWorkItem*>(ws),
+                       tree_mask,
                        split ? reinterpret_cast<float*>(ws + layout.partial_o) : nullptr,
                        split ? reinterpret_cast<float*>(ws + layout.partial_lse) : nullptr,
                        split ? reinterpret_cast<int*>(ws + layout.counters) : nullptr,
@@ -130,7 +139,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
   const dim3 grid = plan.work.empty()
                        ? dim3(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads))
                        : dim3(unsigned(plan.work.size()));
-  dispatch_kernel(plan.variant, kv.dtype, plan.rows_per_block, plan.tma_stages,
+  dispatch_kernel(plan, kv.dtype,
                   [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
   CUDA_CHECK_LAUNCH();
 }

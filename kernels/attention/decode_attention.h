@@ -1,5 +1,6 @@
-// Decode attention over a paged KV cache: a few new query tokens per sequence (1, or 2–8 for
-// speculative verification, causal among themselves) against each sequence's whole cache.
+// Decode attention over a paged KV cache: a few new query tokens per sequence (1, or 2–16 for
+// speculative verification: causal among themselves, or a token tree) against each sequence's whole
+// cache.
 // Split-KV (flash-decoding): the cache of each (sequence, KV head) is cut into splits that run as
 // separate blocks, and the last block of a group to finish combines the splits' partial outputs by
 // their log-sum-exp. A GQA group's query heads are processed by one block, so each K/V byte is read
@@ -12,9 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/decode_tree.h"
 #include "kernels/attention/paged_kv.h"
 
 namespace topt::kernels {
+
+// New query tokens per sequence, at most: one head's rows of an MHA model (q_len of them) fill one
+// 16-row mma tile, so every KV byte is still read once; a GQA group of g heads takes
+// ceil(g · q_len / 16) row blocks, each reading the cache. A tree's mask word holds as many tokens.
+constexpr int kMaxDecodeQLen = kMaxTreeTokens;
 
 struct DecodeShape {
   int heads = 0;    // query heads, a multiple of the cache's kv_heads
@@ -26,10 +33,10 @@ struct DecodeShape {
   // Each sequence's length, where the host knows them (empty: unknown). The tma variant's plan for
   // a ragged batch then launches only the blocks that hold keys, longest first.
   std::vector<int> lengths;
+  // The new tokens form a tree per sequence (decode_tree.h), its mask handed to attention_decode;
+  // false: causal among them (a chain).
+  bool tree = false;
 };
-
-// Why the kernel cannot run a shape, or "".
-std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 
 // How a block computes: fp32 FMAs on CUDA cores, or tensor cores (mma.sync m16n8k16, the group's
 // query rows as M, padded to 16).
@@ -39,6 +46,9 @@ std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape);
 // plan picks 3 stages and 4 consumer warps at 2 blocks per SM, or 6 stages and 8 warps (two sets of
 // 4 on alternate tiles) at 1.
 enum class DecodeVariant { simt, mma, mma_v2, mma_v2_2stage, tma };
+
+// Why the variant cannot run a shape, or "".
+std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant);
 
 // One block of a launch over a work list: its split of the sequence's cache, its rows of the KV
 // head's queries, its (sequence · KV head) group, how many splits that group has and how many
@@ -58,6 +68,7 @@ struct DecodePlan {
                             // longest split's; each item says its own)
   int blocks_per_sm = 0;
   int tma_stages = 0;       // tma: pipeline stages per block (3 or 6)
+  bool tree = false;        // the shape's: the kernel reads a tree mask (tma only)
   // Ragged batches with known lengths (tma): the blocks that hold keys, longest split first, so
   // that no block slot waits on blocks with nothing to read and the longest work starts first.
   // Uniform batches of many rounds of blocks (tma): whole groups, then the last round's groups cut
@@ -79,7 +90,11 @@ void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStrea
 // q and o are [batch, heads, q_len, head_dim]. Enqueues on `stream`, never synchronizes.
 // Each sequence's length (on the device, so not checked here) should be at least q_len, since the
 // new tokens are in its cache; rows that see no key at all (a length of 0) get an output of 0.
+// A tree (shape.tree): tree_mask (batch, q_len) on the device, tree_mask_from_parents' words per
+// sequence; new token i of a sequence sees new token j when bit j of its word is set (bits above i
+// are ignored: the causal bound stays). Without a tree it must be null.
 void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
-                      const DecodePlan& plan, void* workspace, cudaStream_t stream);
+                      const DecodePlan& plan, void* workspace, cudaStream_t stream,
+                      const uint32_t* tree_mask = nullptr);
 
 }  // namespace topt::kernels

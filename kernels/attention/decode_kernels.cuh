@@ -37,6 +37,7 @@ struct DecodeParams {
   const int32_t* block_table;
   const int32_t* seq_lens;
   const DecodeWorkItem* work;  // the blocks in launch order, or null: the grid is (splits, row_blocks, groups)
+  const uint32_t* tree_mask;   // (batch, q_len): the new tokens each new token sees (decode_tree.h); tree kernels only
   float* partial_o;    // (groups, rows_total, splits, kHeadDim), normalized per split
   float* partial_lse;  // (groups, rows_total, splits), log2 domain; -inf: the split saw no key
   int* counters;       // (groups, row_blocks): splits finished, reset by the last one
@@ -114,6 +115,11 @@ struct BlockPlace {
   __device__ int key_end(const DecodeParams& p, int r) const {
     const int row = row0 + r;
     return row < p.rows_total ? len - p.q_len + 1 + row % p.q_len : len;
+  }
+  // A tree: the new tokens block row r sees, as a mask word (every one for padding rows).
+  __device__ uint32_t tree_word(const DecodeParams& p, int r) const {
+    const int row = row0 + r;
+    return row < p.rows_total ? p.tree_mask[int64_t(b) * p.q_len + row % p.q_len] : ~0u;
   }
 };
 
@@ -391,19 +397,26 @@ struct TmaSwizzle {
 // One warp's state: q as A fragments, its running max, sum and output over its tokens of each tile.
 // With W > kWarps warps, warp w takes the tokens of slice w % kWarps of the tiles of its own
 // (every (W / kWarps)-th); all W merge at the end.
-template <class T, int W = kWarps>
+// kTree: the new tokens are a tree; a row sees a new token within its causal bound only where its
+// mask word says so (one more test per score; without a tree the code is as it was).
+template <class T, int W = kWarps, bool kTree = false>
 struct MmaWarp {
   using Bits = PackedBits<T>;
   const int warp, lane, g, t4;  // g, t4: fragment row (and row + 8), column pair
   uint32_t q_frag[kHeadDim / 16][4];                                  // 8 k-steps of 16 dims
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};    // rows g, g + 8
   int key_end[2];
+  uint32_t tree_word[2];  // kTree: rows g, g + 8's mask words
   float o[kHeadDim / 8][4];  // (16 n8 tiles of dims) x C fragment
 
   // q from global once; rows past the block's are 0.
   __device__ MmaWarp(const DecodeParams& p, const BlockPlace& place)
       : warp(threadIdx.x / 32), lane(threadIdx.x % 32), g(lane / 4), t4(lane % 4),
         key_end{place.key_end(p, g), place.key_end(p, g + 8)} {
+    if constexpr (kTree) {
+      tree_word[0] = place.tree_word(p, g);
+      tree_word[1] = place.tree_word(p, g + 8);
+    }
     const uint32_t* q = reinterpret_cast<const uint32_t*>(static_cast<const T*>(p.q) + place.first_row * kHeadDim);
     auto q_pair = [&](int r, int dim) { return r < place.rows ? q[(r * kHeadDim + dim) / 2] : 0u; };
 #pragma unroll
@@ -445,7 +458,13 @@ struct MmaWarp {
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + (e / 2) * 8 + 2 * t4 + e % 2;
         const float score = s[e / 2][2 * h + e % 2] * p.scale_log2;
-        w[e] = key < key_end[h] && key < place.end ? score : -INFINITY;
+        bool seen = key < key_end[h] && key < place.end;
+        if constexpr (kTree) {
+          // Below key_end a new token's index, key − first_new, is under q_len: the shift is in range.
+          const int first_new = place.len - p.q_len;
+          seen = seen && (key < first_new || (tree_word[h] >> (key - first_new) & 1u));
+        }
+        w[e] = seen ? score : -INFINITY;
       }
       const float alpha = online_softmax_step<4>(w, m_run[h], l_run[h]);
 #pragma unroll

@@ -122,23 +122,28 @@ std::string DecodePlan::describe() const {
          std::to_string(rows_per_block) + " row_blocks=" + std::to_string(row_blocks) +
          " splits=" + std::to_string(splits) + " split_tokens=" + std::to_string(split_tokens) +
          " blocks_per_sm=" + std::to_string(blocks_per_sm) +
-         (work.empty() ? "" : " work_list=" + std::to_string(work.size()));
+         (work.empty() ? "" : " work_list=" + std::to_string(work.size())) + (tree ? " tree" : "");
 }
 
-std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape) {
+std::string decode_unsupported(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant) {
   if (kv.head_dim != kHeadDim)
     return "unsupported head_dim " + std::to_string(kv.head_dim) + ": the decode kernel takes 128";
   if (kv.dtype != DType::bf16 && kv.dtype != DType::f16)
     return std::string("unsupported dtype ") + dtype_name(kv.dtype) + ": the decode kernel takes bf16 or fp16";
   if (!valid_page_size(kv.page_size)) return "unsupported page_size " + std::to_string(kv.page_size);
   if (kv.kv_heads < 1 || shape.heads % kv.kv_heads) return "heads must be a multiple of kv_heads";
-  if (shape.q_len < 1 || shape.q_len > 8) return "q_len must be 1 to 8";
+  if (shape.q_len < 1 || shape.q_len > kMaxDecodeQLen)
+    return "q_len must be 1 to " + std::to_string(kMaxDecodeQLen) + ", not " + std::to_string(shape.q_len);
+  // The tree mask is read by the tma variant's warps only (the decode step's); the ladder's rungs
+  // below it stay causal.
+  if (shape.tree && variant != DecodeVariant::tma) return "tree masks: only the tma variant takes them";
   if (int64_t(kv.batch) * kv.kv_heads > 65535) return "batch · kv_heads must be at most 65535 (grid z)";
   return "";
 }
 
 DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant) {
-  if (std::string why = decode_unsupported(kv, shape); !why.empty()) throw Unsupported("decode attention: " + why);
+  if (std::string why = decode_unsupported(kv, shape, variant); !why.empty())
+    throw Unsupported("decode attention: " + why);
   if (!shape.lengths.empty()) {
     if (shape.lengths.size() != size_t(kv.batch))
       throw std::invalid_argument("decode attention: " + std::to_string(shape.lengths.size()) +
@@ -151,6 +156,7 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   }
   DecodePlan plan;
   plan.variant = variant;
+  plan.tree = shape.tree;
   const int rows = rows_total(kv, shape);
   const bool tma = variant == DecodeVariant::tma;
   // v2 and later: whole-wave splits, page ids for kMaxSplitPagesV2 pages, the parallel combine.

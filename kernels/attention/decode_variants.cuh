@@ -193,7 +193,8 @@ struct TmaLayout {
 constexpr int kMaxPagesPerTile = kTile / 16;  // the smallest page holds 16 tokens
 constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is __syncthreads)
 
-template <class T, int S, int W>
+// kTree: the new tokens form a tree, their masks in p.tree_mask (MmaWarp).
+template <class T, int S, int W, bool kTree>
 __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
       }
     }
     if (warp < W) {
-      MmaWarp<T, W> mma(p, place);  // q's loads overlap the page ids' and the first tile's
+      MmaWarp<T, W, kTree> mma(p, place);  // q's loads overlap the page ids' and the first tile's
       __syncthreads();
       for (int tile = warp / kWarps; tile < n_tiles; tile += W / kWarps) {
         const int stage = tile % S;

@@ -2,6 +2,7 @@
 // and prefill, which differ only in their layouts and in where the causal diagonal starts.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "suites/attention/attention_suites.h"
 
@@ -11,15 +12,18 @@ namespace {
 
 // orow += softmax(scale · q·kᵀ) v over the first `keys` keys, whose K and V rows lie `kv_stride`
 // elements apart from k and v; returns the row's log-sum-exp (-inf with no keys). `w` holds at
-// least `keys` scores.
+// least `keys` scores. Of the keys from `tail` on, only those `tail_seen` names are seen (bit j:
+// key tail + j): a token tree's new tokens.
 double attend_row(const double* qr, const double* k, const double* v, int64_t kv_stride, int64_t keys, int head_dim,
-                  double scale, std::vector<double>& w, double* orow) {
+                  double scale, std::vector<double>& w, double* orow, int64_t tail = INT64_MAX,
+                  uint32_t tail_seen = 0) {
   double m = -INFINITY;
   for (int64_t j = 0; j < keys; ++j) {
     const double* kr = k + j * kv_stride;
     double dot = 0;
     for (int d = 0; d < head_dim; ++d) dot += qr[d] * kr[d];
-    w[size_t(j)] = dot * scale;
+    const bool seen = j < tail || (tail_seen >> (j - tail) & 1u);
+    w[size_t(j)] = seen ? dot * scale : -INFINITY;  // exp(-inf - m) = 0
     m = std::max(m, w[size_t(j)]);
   }
   double sum = 0;
@@ -35,14 +39,15 @@ double attend_row(const double* qr, const double* k, const double* v, int64_t kv
 
 std::vector<double> decode_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                                const std::vector<double>& v, int heads, int kv_heads, int q_len,
-                                               int64_t len, int head_dim, double scale) {
+                                               int64_t len, int head_dim, double scale, const uint32_t* tree_words) {
   std::vector<double> o(size_t(heads) * q_len * head_dim);
   std::vector<double> w(static_cast<size_t>(len));
   for (int h = 0; h < heads; ++h) {
     const size_t kv = size_t(h / (heads / kv_heads)) * len * head_dim;  // (len, head_dim) of its KV head
     for (int t = 0; t < q_len; ++t) {
       const size_t row = (size_t(h) * q_len + t) * head_dim;
-      attend_row(&q[row], &k[kv], &v[kv], head_dim, len - q_len + 1 + t, head_dim, scale, w, &o[row]);
+      attend_row(&q[row], &k[kv], &v[kv], head_dim, len - q_len + 1 + t, head_dim, scale, w, &o[row], len - q_len,
+                 tree_words ? tree_words[t] : ~0u);
     }
   }
   return o;

@@ -15,16 +15,19 @@ void register_attention_prefill(Registry& registry);
 
 // Decode attention for one sequence, in double: q, o [heads, q_len, head_dim], k and v [kv_heads,
 // len, head_dim] (query head h reads KV head h / (heads / kv_heads)). Query t sits at position
-// len − q_len + t and sees keys 0 … len − q_len + t.
+// len − q_len + t and sees keys 0 … len − q_len + t; with a token tree (tree_words: q_len mask words,
+// decode_tree.h), of the new tokens only those bit j of its word names.
 std::vector<double> decode_attention_reference(const std::vector<double>& q, const std::vector<double>& k,
                                                const std::vector<double>& v, int heads, int kv_heads, int q_len,
-                                               int64_t len, int head_dim, double scale);
+                                               int64_t len, int head_dim, double scale,
+                                               const uint32_t* tree_words = nullptr);
 
 // attention_decode's GPU reference (naive, through the block table, double math, fp32 out) over any
 // paged cache: q [batch, heads, q_len, head_dim] of `q_dtype` (the cache's dtype, or fp32 in a model's
 // fp32 reference composition), o likewise in fp32. Synchronizes the stream (its scratch is freed).
+// tree_mask: (batch, q_len) words on the device, as attention_decode takes them; null: causal.
 void decode_reference_gpu(const void* q, DType q_dtype, const kernels::PagedKv& kv, int heads, int q_len, int max_len,
-                          double scale, float* out, cudaStream_t stream);
+                          double scale, float* out, cudaStream_t stream, const uint32_t* tree_mask = nullptr);
 
 void register_kv_cache_append(Registry& registry);
 // The lengths (prompt + output) of a kv_cache_append case's requests: drawn from its mix with a seed

@@ -1,5 +1,5 @@
-// attention_decode: one query token per sequence (or 2–8 for speculative verification, causal among
-// themselves) against a batch of paged KV caches of different lengths; MHA and GQA.
+// attention_decode: one query token per sequence (or 2–16 for speculative verification: causal among
+// themselves, or a token tree) against a batch of paged KV caches of different lengths; MHA and GQA.
 // Napkin math: the op is a pass over the resident cache, 2 · len · kv_heads · head_dim elements per
 // sequence; Q and O are noise. Llama-2-70B (GQA, 8 KV heads) at batch 1 × 32k tokens: 134 MB, 45 µs
 // at 3 TB/s; Llama-2-7B (MHA, 32 heads) at batch 16 × 4096: 1.07 GB, 360 µs. FLOPs are 4 · heads ·
@@ -17,6 +17,7 @@
 #include "harness/dtype_traits.cuh"
 #include "harness/stats.h"
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_tree.h"
 #include "kernels/attention/kv_cache.h"
 #include "suites/attention/attention_suites.h"
 #include "suites/attention/kv_read_bound.h"
@@ -35,6 +36,7 @@ struct DecodeCase {
   // host_plan=per_launch: implementations that plan on the host (ours, FlashInfer's) plan again and
   // upload the plan in every launch, as a server does every step, and that cost is timed with it.
   bool plan_per_launch;
+  std::string tree;  // the new tokens' tree shape (decode_tree.h); chain: causal
   DType dtype;
 
   explicit DecodeCase(const Case& c)
@@ -48,9 +50,26 @@ struct DecodeCase {
         ragged(c.params.s("lengths") == "ragged"),
         sequential_pages(c.params.s("page_order") == "sequential"),
         plan_per_launch(c.params.s("host_plan") == "per_launch"),
+        tree(c.params.s("tree")),
         dtype(c.dtype) {}
 
   double scale() const { return 1.0 / std::sqrt(double(head_dim)); }
+  bool is_tree() const { return tree != "chain"; }
+
+  // Each sequence's tree mask words, (batch, q_len); none for a chain (the kernels' causal mask,
+  // which has no token limit). Random trees differ from sequence to sequence and are a fixed
+  // function of the case, as the lengths are.
+  std::vector<uint32_t> tree_words() const {
+    std::vector<uint32_t> words;
+    if (!is_tree()) return words;
+    words.reserve(size_t(batch) * size_t(q_len));
+    for (int b = 0; b < batch; ++b) {
+      const uint64_t seed = (uint64_t(batch) * 7919u + uint64_t(q_len)) * 104729u + uint64_t(b);
+      const auto mask = kernels::tree_mask_from_parents(kernels::tree_parents(tree, q_len, seed));
+      words.insert(words.end(), mask.begin(), mask.end());
+    }
+    return words;
+  }
 
   // Each sequence's length. Ragged: the first is `context` (the longest), the next four are the
   // edges 1, page − 1, page, page + 1 (clamped to [q_len, context]), the rest uniform in [q_len,
@@ -74,9 +93,9 @@ struct DecodeCase {
 // block.
 template <class Q, class T>
 __global__ void decode_reference_kernel(const Q* q, const T* k_pages, const T* v_pages, const int32_t* table,
-                                        const int32_t* lens, float* out, double* scratch, int heads, int kv_heads,
-                                        int q_len, int head_dim, int page_size, int max_pages, int max_len,
-                                        double scale) {
+                                        const int32_t* lens, const uint32_t* tree_mask, float* out, double* scratch,
+                                        int heads, int kv_heads, int q_len, int head_dim, int page_size, int max_pages,
+                                        int max_len, double scale) {
   extern __shared__ double sq[];  // (kRefHeads, head_dim)
   __shared__ double reduce[kRefWarps][kRefHeads];
   __shared__ double row_max[kRefHeads], row_sum[kRefHeads];
@@ -85,7 +104,9 @@ __global__ void decode_reference_kernel(const Q* q, const T* k_pages, const T* v
   const int b = int(blockIdx.x / q_len / kv_heads);
   const int h0 = kv_head * group + int(blockIdx.y) * kRefHeads;  // first query head of this chunk
   const int n_heads = min(kRefHeads, kv_head * group + group - h0);
-  const int keys = lens[b] - q_len + 1 + t;
+  const int first_new = lens[b] - q_len, keys = first_new + 1 + t;
+  // A tree: the new tokens this query sees (bit j: new token j); a chain sees all up to itself.
+  const uint32_t tree_word = tree_mask ? tree_mask[b * q_len + t] : ~0u;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slots = min(group, kRefHeads);  // scratch rows per block
   double* s = scratch + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * slots * max_len;  // (slots, max_len)
@@ -102,11 +123,12 @@ __global__ void decode_reference_kernel(const Q* q, const T* k_pages, const T* v
   for (int g = 0; g < kRefHeads; ++g) m[g] = -INFINITY;
   for (int j = warp; j < keys; j += kRefWarps) {
     const int64_t k_row = key_row(j);
+    const bool seen = j < first_new || (tree_word >> (j - first_new) & 1u);
     for (int g = 0; g < n_heads; ++g) {
       double dot = 0;
       for (int d = lane; d < head_dim; d += 32) dot += sq[g * head_dim + d] * to_f64(k_pages[k_row + d]);
       for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      dot *= scale;
+      dot = seen ? dot * scale : -INFINITY;  // exp(-inf - max) = 0: an unseen key's weight
       if (lane == 0) s[int64_t(g) * max_len + j] = dot;
       m[g] = fmax(m[g], dot);
     }
@@ -151,7 +173,7 @@ __global__ void decode_reference_kernel(const Q* q, const T* k_pages, const T* v
 
 template <class Q, class T>
 void launch_decode_reference(const Q* q, const kernels::PagedKv& kv, int heads, int q_len, int max_len, double scale,
-                             float* out, cudaStream_t stream) {
+                             const uint32_t* tree_mask, float* out, cudaStream_t stream) {
   const int group = heads / kv.kv_heads;
   const dim3 grid(unsigned(kv.batch * kv.kv_heads * q_len), unsigned((group + kRefHeads - 1) / kRefHeads));
   DeviceBuffer scratch(size_t(grid.x) * grid.y * std::min(group, kRefHeads) * max_len * sizeof(double),
@@ -160,8 +182,8 @@ void launch_decode_reference(const Q* q, const kernels::PagedKv& kv, int heads, 
   CUDA_CHECK(cudaFuncSetAttribute(decode_reference_kernel<Q, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(smem)));
   decode_reference_kernel<Q, T><<<grid, 32 * kRefWarps, smem, stream>>>(
-      q, static_cast<const T*>(kv.k_pages), static_cast<const T*>(kv.v_pages), kv.block_table, kv.seq_lens, out,
-      scratch.as<double>(), heads, kv.kv_heads, q_len, kv.head_dim, kv.page_size, kv.max_pages_per_seq, max_len,
+      q, static_cast<const T*>(kv.k_pages), static_cast<const T*>(kv.v_pages), kv.block_table, kv.seq_lens, tree_mask,
+      out, scratch.as<double>(), heads, kv.kv_heads, q_len, kv.head_dim, kv.page_size, kv.max_pages_per_seq, max_len,
       scale);
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaStreamSynchronize(stream));  // before `scratch` is freed
@@ -207,6 +229,11 @@ class DecodeProblem : public Problem {
     CUDA_CHECK(cudaMemcpyAsync(seq_lens.get(), lens.data(), seq_lens.bytes(), cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(page_ids_read.get(), pages_read.data(), page_ids_read.bytes(), cudaMemcpyHostToDevice,
                                stream));
+    tree_host = shape.tree_words();
+    if (!tree_host.empty()) {
+      tree_mask = DeviceBuffer(tree_host.size() * sizeof(uint32_t), "tree mask");
+      CUDA_CHECK(cudaMemcpyAsync(tree_mask.get(), tree_host.data(), tree_mask.bytes(), cudaMemcpyHostToDevice, stream));
+    }
     // Scores of spread ±1.3 or so: softmax weights that vary, not a flat average.
     fill_uniform(*q, seed, -4.f, 4.f, stream);
     fill_uniform(*k_pages, seed + 1, -1.f, 1.f, stream);
@@ -244,7 +271,8 @@ class DecodeProblem : public Problem {
       const std::vector<double> q_seq(q_host.begin() + ptrdiff_t(b * q_per_seq),
                                       q_host.begin() + ptrdiff_t((b + 1) * q_per_seq));
       const auto o_seq = decode_attention_reference(q_seq, k_seq, v_seq, shape.heads, shape.kv_heads, shape.q_len,
-                                                    len, d, shape.scale());
+                                                    len, d, shape.scale(),
+                                                    shape.is_tree() ? &tree_host[size_t(b) * shape.q_len] : nullptr);
       out.insert(out.end(), o_seq.begin(), o_seq.end());
     }
     return {out};
@@ -252,7 +280,7 @@ class DecodeProblem : public Problem {
 
   void reference_gpu(const std::vector<Tensor>& out, cudaStream_t stream) const override {
     decode_reference_gpu(q->data, shape.dtype, paged_kv(), shape.heads, shape.q_len, shape.context, shape.scale(),
-                         out[0].as<float>(), stream);
+                         out[0].as<float>(), stream, tree_mask_or_null());
   }
 
   // "pages": the pages that hold tokens, through this case's tables (paged implementations).
@@ -292,13 +320,18 @@ class DecodeProblem : public Problem {
     return kv;
   }
   // The plan takes the batch's total from the lengths.
-  kernels::DecodeShape decode_shape() const { return {shape.heads, shape.q_len, shape.context, 0, lens}; }
+  kernels::DecodeShape decode_shape() const {
+    return {shape.heads, shape.q_len, shape.context, 0, lens, shape.is_tree()};
+  }
+  const uint32_t* tree_mask_or_null() const { return shape.is_tree() ? tree_mask.as<uint32_t>() : nullptr; }
 
   DecodeCase shape;
   std::vector<int> lens;
   int max_pages, num_pages = 0;
   int64_t pages_read_count = 0;
   std::vector<int32_t> table_host;  // (batch, max_pages)
+  std::vector<uint32_t> tree_host;  // (batch, q_len): the new tokens' masks, trees only
+  DeviceBuffer tree_mask;           // tree_host on the device, trees only
   OwnedTensor q, o;                 // (batch, heads, q_len, head_dim)
   OwnedTensor k_pages, v_pages;     // (num_pages, kv_heads, page_size, head_dim)
   DeviceBuffer table, seq_lens;
@@ -328,7 +361,7 @@ class OursDecode : public Instance {
   void launch(cudaStream_t s) override {
     if (p_.shape.plan_per_launch) plan_and_upload(s);
     kernels::attention_decode(p_.q->data, p_.o->data, kv_, shape_, float(p_.shape.scale()), plan_, workspace_.get(),
-                              s);
+                              s, p_.tree_mask_or_null());
   }
   std::string host_work_in_launch() const override { return p_.shape.plan_per_launch ? kPlanPerLaunch : ""; }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
@@ -431,6 +464,8 @@ class FlashInferDecode : public Instance {
         plan_(shape(p, table_), backend, stream) {
     plan_.upload_page_table(table_, stream);
     const DecodeCase& s = p.shape;
+    if (s.is_tree())
+      plan_.upload_custom_mask(baselines::flashinfer::tree_custom_mask(p.tree_host, s.q_len, p.lens), stream);
     if (s.q_len > 1) {
       q_packed_ = DeviceBuffer(p.q->bytes(), "FlashInfer packed q");
       o_packed_ = DeviceBuffer(p.o->bytes(), "FlashInfer packed o");
@@ -477,7 +512,7 @@ class FlashInferDecode : public Instance {
   DeviceBuffer q_packed_, o_packed_;  // q_len > 1: (batch·q_len, heads, head_dim)
 };
 
-std::string ours_unsupported(const Case& c) {
+std::string ours_unsupported(const Case& c, kernels::DecodeVariant variant) {
   const DecodeCase s(c);
   kernels::PagedKv kv;
   kv.batch = s.batch;
@@ -485,7 +520,12 @@ std::string ours_unsupported(const Case& c) {
   kv.head_dim = s.head_dim;
   kv.page_size = s.page_size;
   kv.dtype = s.dtype;
-  return kernels::decode_unsupported(kv, {s.heads, s.q_len, s.context});
+  return kernels::decode_unsupported(kv, {s.heads, s.q_len, s.context, 0, {}, s.is_tree()}, variant);
+}
+
+// The baselines' masks are causal: a token tree is beyond them (why, per baseline).
+std::function<std::string(const Case&)> causal_only(const char* why) {
+  return [why](const Case& c) { return DecodeCase(c).is_tree() ? "tree masks: " + std::string(why) : ""; };
 }
 
 // A FlashInfer decode peer: its kernel family, what it is, and the cases it cannot take.
@@ -502,7 +542,7 @@ Impl flashinfer_impl(const char* name, baselines::flashinfer::AttentionBackend b
 }
 
 Impl ours_impl(const char* name, kernels::DecodeVariant variant, const char* note) {
-  return {name, Role::ours, note, ours_unsupported,
+  return {name, Role::ours, note, [variant](const Case& c) { return ours_unsupported(c, variant); },
           [variant](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
             return std::make_unique<OursDecode>(as_decode(p), variant, s);
           },
@@ -521,7 +561,11 @@ void register_attention_decode(Registry& registry) {
       {"context", Axis::Kind::integer, std::nullopt, "tokens in the longest sequence's cache (uniform: every one's)"},
       {"lengths", Axis::Kind::string, Value(std::string("uniform")),
        "uniform: every sequence holds `context` tokens; ragged: 1, page-1, page, page+1 and random lengths"},
-      {"q_len", Axis::Kind::integer, Value(int64_t(1)), "new query tokens per sequence (2-8: speculative, causal)"},
+      {"q_len", Axis::Kind::integer, Value(int64_t(1)),
+       "new query tokens per sequence (2-16: speculative verification)"},
+      {"tree", Axis::Kind::string, Value(std::string("chain")),
+       "the new tokens' tree: chain (causal among them), binary, wide (4 chains from the root) or random (per "
+       "sequence, seeded by the case); each sees the context, its ancestors and itself (EAGLE-2 style)"},
       {"heads", Axis::Kind::integer, std::nullopt, "query heads"},
       {"kv_heads", Axis::Kind::integer, std::nullopt, "KV heads (GQA: fewer than heads)"},
       {"head_dim", Axis::Kind::integer, Value(int64_t(128)), "dims per head"},
@@ -546,6 +590,9 @@ void register_attention_decode(Registry& registry) {
     if (s.batch < 1 || s.heads < 1 || s.kv_heads < 1 || s.head_dim < 1) return "batch and head counts must be >= 1";
     if (s.heads % s.kv_heads) return "heads must be a multiple of kv_heads";
     if (s.q_len < 1 || s.context < s.q_len) return "need 1 <= q_len <= context";
+    if (std::string why = kernels::tree_shape_invalid(s.tree); !why.empty()) return why;
+    if (s.is_tree() && s.q_len > kernels::kMaxTreeTokens)
+      return "tree=" + s.tree + ": a tree holds at most " + std::to_string(kernels::kMaxTreeTokens) + " tokens";
     if (!kernels::valid_page_size(s.page_size)) return "page_size must be 16, 32, 64, 128 or 256";
     return "";
   };
@@ -553,9 +600,15 @@ void register_attention_decode(Registry& registry) {
     const DecodeCase s(c);
     const double esize = double(dtype_size(c.dtype));
     double keys = 0, resident = 0;  // query·key pairs per head; cached tokens
-    for (int len : s.lengths()) {
-      resident += len;
-      for (int t = 0; t < s.q_len; ++t) keys += len - s.q_len + 1 + t;
+    const std::vector<uint32_t> words = s.tree_words();
+    const std::vector<int> lens = s.lengths();
+    for (size_t b = 0; b < lens.size(); ++b) {
+      resident += lens[b];
+      // A new token sees the context before the new tokens and those its mask word names (a
+      // chain's token t: t + 1 of them).
+      for (int t = 0; t < s.q_len; ++t)
+        keys += lens[b] - s.q_len +
+                (s.is_tree() ? __builtin_popcount(words[b * size_t(s.q_len) + size_t(t)]) : t + 1);
     }
     const double qo = 2.0 * s.batch * s.heads * s.q_len * s.head_dim;
     // The cache is read; only the queries' outputs are written (a few KB).
@@ -565,12 +618,16 @@ void register_attention_decode(Registry& registry) {
     return std::make_unique<DecodeProblem>(c, seed, s);
   };
 
-  op.impls.push_back({"cudnn", Role::baseline, "cuDNN SDPA (graph API) on a contiguous cache, padding mask", nullptr,
+  // cuDNN's SDPA graph here is built with its causal and padding masks; a per-sequence tree would be
+  // a dense score bias of (batch, 1, q_len, context), not built.
+  const auto cudnn_causal_only = causal_only("cuDNN SDPA is built with causal and padding masks only");
+  op.impls.push_back({"cudnn", Role::baseline, "cuDNN SDPA (graph API) on a contiguous cache, padding mask",
+                      cudnn_causal_only,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), false, s);
                       },
                       "contiguous", true});
-  op.impls.push_back({"cudnn_paged", Role::baseline, "cuDNN SDPA on the pages through page tables", nullptr,
+  op.impls.push_back({"cudnn_paged", Role::baseline, "cuDNN SDPA on the pages through page tables", cudnn_causal_only,
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<CudnnDecode>(as_decode(p), true, s);
                       },
@@ -578,14 +635,15 @@ void register_attention_decode(Registry& registry) {
   op.impls.push_back({"gather_cublas", Role::baseline,
                       "gather pages to a contiguous cache, cuBLASLt batched q·kᵀ, masked softmax, cuBLASLt p·v "
                       "(each GEMM the fastest of the heuristic's candidates)",
-                      nullptr,
+                      causal_only("gather_cublas's masked softmax is causal only"),
                       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
                         return std::make_unique<GatherCublasInstance>(as_decode(p), s);
                       },
                       "pages", true});
   op.impls.push_back(flashinfer_impl(
       "flashinfer", baselines::flashinfer::AttentionBackend::fa2,
-      "tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, mma.sync)",
+      "tensor-core decode (its GQA path): its batch prefill kernel on the pages (FA2-style, mma.sync); trees as its "
+      "custom mask",
       [](const DecodeCase& s) {
         return baselines::flashinfer::batch_prefill_unsupported(s.head_dim, s.heads, s.kv_heads, s.dtype, true);
       }));
@@ -593,6 +651,7 @@ void register_attention_decode(Registry& registry) {
       "flashinfer_simt", baselines::flashinfer::AttentionBackend::decode,
       "CUDA-core decode (its default path): BatchDecodeWithPagedKVCache, split-KV over the pages",
       [](const DecodeCase& s) {
+        if (s.is_tree()) return std::string("tree masks: FlashInfer's CUDA-core decode has no mask");
         return baselines::flashinfer::batch_decode_unsupported(s.head_dim, s.heads, s.kv_heads, s.q_len, s.dtype);
       }));
   // Our ladder, each rung adding one thing to the one before.
@@ -614,13 +673,14 @@ void register_attention_decode(Registry& registry) {
 }
 
 void decode_reference_gpu(const void* q, DType q_dtype, const kernels::PagedKv& kv, int heads, int q_len, int max_len,
-                          double scale, float* out, cudaStream_t stream) {
+                          double scale, float* out, cudaStream_t stream, const uint32_t* tree_mask) {
   dispatch_half_dtype(kv.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (q_dtype == DType::f32)
-      launch_decode_reference<float, T>(static_cast<const float*>(q), kv, heads, q_len, max_len, scale, out, stream);
+      launch_decode_reference<float, T>(static_cast<const float*>(q), kv, heads, q_len, max_len, scale, tree_mask, out,
+                                        stream);
     else if (q_dtype == kv.dtype)
-      launch_decode_reference<T, T>(static_cast<const T*>(q), kv, heads, q_len, max_len, scale, out, stream);
+      launch_decode_reference<T, T>(static_cast<const T*>(q), kv, heads, q_len, max_len, scale, tree_mask, out, stream);
     else
       throw std::invalid_argument("decode_reference_gpu: q must be fp32 or of the cache's dtype");
   });

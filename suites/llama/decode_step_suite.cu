@@ -373,8 +373,8 @@ std::string ours_step_unsupported(const Case& c) {
   kv.head_dim = m.head_dim;
   kv.page_size = s.page_size;
   kv.dtype = DType::bf16;
-  if (std::string why = kernels::decode_unsupported(kv, {m.heads, s.q_len, s.context + s.q_len - 1}); !why.empty())
-    return why;
+  const kernels::DecodeShape shape{m.heads, s.q_len, s.context + s.q_len - 1};
+  if (std::string why = kernels::decode_unsupported(kv, shape, kernels::DecodeVariant::tma); !why.empty()) return why;
   return kernels::rope_unsupported(rope_shape(m, s.rows()));
 }
 

@@ -1,6 +1,6 @@
 // Decode attention over paged caches: every implementation against the reference on scattered
-// block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len; the split-KV combine
-// across repeated launches. append_kv and gather_kv: test_kv_append.cu.
+// block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len (1-16, token trees); the
+// split-KV combine across repeated launches. append_kv and gather_kv: test_kv_append.cu.
 #include "kernels/attention/decode_attention.h"
 
 #include <algorithm>
@@ -61,7 +61,13 @@ INSTANTIATE_TEST_SUITE_P(
                                                                     {3, 2049, "uniform", 4, 16, 2, 64},
                                                                     {5, 513, "ragged", 3, 4, 4, 128},
                                                                     {1, 4099, "uniform", 8, 8, 8, 256},
-                                                                    {2, 17, "uniform", 8, 2, 1, 16}},
+                                                                    {2, 17, "uniform", 8, 2, 1, 16},
+                                                                    // K = 8-15 drafts: MHA's 16 rows in
+                                                                    // one tile, GQA's in 5-8 row blocks
+                                                                    {2, 33, "uniform", 9, 4, 4, 16},
+                                                                    {3, 700, "ragged", 12, 16, 2, 16},
+                                                                    {1, 4100, "uniform", 16, 8, 8, 64},
+                                                                    {2, 300, "ragged", 16, 64, 8, 32}},
                                                                    {{1, 5000, "uniform", 1, 64, 8, 16},
                                                                     // 1280 groups: enough rounds of blocks
                                                                     // for ours_v3's tail plan
@@ -100,7 +106,7 @@ TEST_P(DecodeGpu, CudnnMatchesOrRefusesClearly) {
 
 // FlashInfer's tensor-core decode (its batch prefill on the pages, our table turned into its
 // indptr/indices/last_page_len): every shape of the grid, head_dim 128 (what it is built for), page
-// sizes 16 to 256, GQA, ragged lengths, q_len 1-8 (queries repacked, outputs unpacked by copy_out).
+// sizes 16 to 256, GQA, ragged lengths, q_len 1-16 (queries repacked, outputs unpacked by copy_out).
 // Its CUDA-core decode (flashinfer_simt) on the shapes it takes: one query token, group 1, 2, 3, 4 or 8.
 TEST_P(DecodeGpu, FlashInferPeersMatchTheReference) {
   auto [s, dt] = GetParam();
@@ -327,6 +333,59 @@ TEST_F(GpuTest, DecodeManyRoundsCutTheLastRoundsGroups) {
   const kernels::PagedKv two_rounds = planned_cache(16, kv_heads);
   const kernels::DecodeShape short_batch{32, 1, len, 16 * len, std::vector<int>(16, len)};
   EXPECT_TRUE(kernels::plan_decode(two_rounds, short_batch, kernels::DecodeVariant::tma).work.empty());
+}
+
+// Token trees (EAGLE-2 style verify passes): ours_v3 and FlashInfer's custom mask against the
+// reference, which applies the same mask; per-sequence random trees, ragged lengths, MHA and GQA,
+// many splits (batch 1, long context), q_len 16; the other rungs and the baselines refuse, saying so.
+TEST_F(GpuTest, DecodeTreeMasksMatchTheReference) {
+  const auto cases = shape_grid<std::pair<DecodeParam, const char*>>(
+      {{{3, 700, "ragged", 5, 8, 8, 16}, "random"},
+       {{4, 300, "ragged", 9, 64, 8, 16}, "random"},
+       {{2, 1000, "uniform", 16, 8, 8, 32}, "wide"},
+       {{2, 257, "ragged", 16, 16, 2, 16}, "random"}},
+      {{{1, 5000, "uniform", 8, 32, 32, 16}, "binary"}});
+  for (const auto& [shape, tree] : cases) {
+    Case c = decode_case(shape, DType::bf16);
+    c.params.set("tree", std::string(tree));
+    for (const char* impl : {"ours_v3", "flashinfer"}) {
+      if (left_out_under_sanitizer(c.op, impl)) continue;
+      CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes()) << impl << " " << c.label() << ": " << r.describe();
+    }
+    const OpDef* op = builtin_registry().find(c.op);
+    for (const char* impl : {"ours", "ours_simt", "ours_v2", "ours_v2_2stage", "cudnn", "cudnn_paged",
+                             "gather_cublas", "flashinfer_simt"}) {
+      const std::string why = op->find_impl(impl)->unsupported(c);
+      EXPECT_EQ(why.rfind("tree masks: ", 0), 0u) << impl << " " << c.label() << ": '" << why << "'";
+    }
+  }
+}
+
+// A tree changes what the rows see: its output is not the chain's (a mask the kernel ignored would
+// pass as a chain), and the GPU reference applies it as the CPU one does.
+TEST_F(GpuTest, DecodeTreeReferenceIsNotTheChains) {
+  Case c = decode_case({2, 300, "ragged", 6, 8, 4, 16}, DType::bf16);
+  c.params.set("tree", std::string("binary"));
+  CheckResult on_cpu = run_and_check(c, "ours_v3", 11, int64_t(1) << 30);
+  CheckResult on_gpu = run_and_check(c, "ours_v3", 11, 0);
+  EXPECT_TRUE(on_cpu.passes()) << on_cpu.describe();
+  EXPECT_TRUE(on_gpu.passes()) << on_gpu.describe();
+  EXPECT_NEAR(on_cpu.rel_error, on_gpu.rel_error, 1e-4);
+  const OpDef* op = builtin_registry().find(c.op);
+  auto tree_problem = op->make_problem(c, 11, stream);
+  Case chain = c;
+  chain.params.set("tree", std::string("chain"));
+  auto chain_problem = op->make_problem(chain, 11, stream);
+  const Reference tree_ref = compute_reference(*tree_problem, int64_t(1) << 30, stream);
+  const Reference chain_ref = compute_reference(*chain_problem, int64_t(1) << 30, stream);
+  ASSERT_EQ(tree_ref.host.size(), 1u);
+  ASSERT_EQ(tree_ref.host[0].size(), chain_ref.host[0].size());
+  // (batch, heads, q_len, head_dim): token 0 (the root) sees the same keys either way; token 2 (a
+  // child of the root, whose chain sees token 1 too) does not.
+  const size_t d = 128;
+  EXPECT_EQ(tree_ref.host[0][0], chain_ref.host[0][0]);
+  EXPECT_NE(tree_ref.host[0][2 * d], chain_ref.host[0][2 * d]);
 }
 
 TEST_F(GpuTest, DecodeGpuReferenceAgreesWithCpuReference) {

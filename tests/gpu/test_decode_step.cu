@@ -168,7 +168,7 @@ TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
 // crossed by the new tokens; the baseline and the peer refuse it.
 TEST_F(DecodeStepOp, VerifyPassPasses) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 8}}) {
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 9}}) {
     const Case c = step_case(2, batch, context, q_len);
     const CheckResult r = run_and_check(c, "ours");
     EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
@@ -177,16 +177,16 @@ TEST_F(DecodeStepOp, VerifyPassPasses) {
   const OpDef* op = builtin_registry().find(c.op);
   EXPECT_FALSE(op->find_impl("baseline")->unsupported(c).empty());
   EXPECT_FALSE(op->find_impl("flashinfer")->unsupported(c).empty());
-  // K = 8 drafts (q_len 9) pass the decode kernel's 8 query tokens per sequence: refused up front.
-  const std::string why = op->find_impl("ours")->unsupported(step_case(2, 1, 17, 9));
-  EXPECT_NE(why.find("q_len must be 1 to 8"), std::string::npos) << why;
+  // K = 16 drafts (q_len 17) pass the decode kernel's 16 query tokens per sequence: refused up front.
+  const std::string why = op->find_impl("ours")->unsupported(step_case(2, 1, 17, 17));
+  EXPECT_NE(why.find("q_len must be 1 to 16, not 17"), std::string::npos) << why;
 }
 
 // The verify pass on w4a16 weights: ours' weight-only decode GEMMs at M = batch · q_len against the
 // reference; past the GEMM's 64 rows ours refuses, naming them.
 TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 8}}) {
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 9}}) {
     const Case c = step_case(2, batch, context, q_len, "w4a16");
     const CheckResult r = run_and_check(c, "ours");
     EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();

@@ -40,6 +40,19 @@ TEST(DecodeReference, NewTokensAreCausalAmongThemselves) {
   EXPECT_NEAR(o[3], 3, 1e-12);
 }
 
+TEST(DecodeReference, TreeTokensSeeTheirAncestorsOnly) {
+  // q_len 3, len 4: key 0 is context; new tokens 1, 2 are children of new token 0 (words 0b1,
+  // 0b11, 0b101). Equal scores (q = 0): each query averages the values it sees. Query 2 sees keys
+  // 0, 1 and 3, not its sibling at key 2; as a chain it would see all four.
+  const std::vector<double> q(3 * 1, 0.0), k{1, 2, 3, 4}, v{10, 20, 30, 70};
+  const uint32_t words[] = {0b1, 0b11, 0b101};
+  const auto o = decode_attention_reference(q, k, v, 1, 1, 3, 4, 1, 1.0, words);
+  EXPECT_NEAR(o[0], 15, 1e-12);
+  EXPECT_NEAR(o[1], 20, 1e-12);
+  EXPECT_NEAR(o[2], 100.0 / 3, 1e-12);
+  EXPECT_NEAR(decode_attention_reference(q, k, v, 1, 1, 3, 4, 1, 1.0)[2], 32.5, 1e-12);
+}
+
 TEST(DecodeReference, GqaHeadsShareTheirKvHead) {
   // 4 query heads over 2 KV heads: heads 0, 1 read KV head 0, heads 2, 3 read KV head 1 (len 1:
   // the output is that head's only value).
