@@ -97,8 +97,10 @@ SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, 
   t.exchange = RowExchange::cluster;
   t.slice_vec = int(ceil_div(n_vec, splits));
   t.splits = int(ceil_div(n_vec, t.slice_vec));  // no empty slice
+  const bool own_sms = rows * t.splits <= device.sms && t.splits <= device.max_cluster_sms;
+  const int max_threads = own_sms ? kMaxRowThreads : kVocabMaxThreads;
   int vpt = kSplitVptFew;
-  while (vpt < kMaxVectorsPerThread && ceil_div(t.slice_vec, vpt) > kVocabMaxThreads) vpt *= 2;
+  while (vpt < kMaxVectorsPerThread && ceil_div(t.slice_vec, vpt) > max_threads) vpt *= 2;
   t.tiling = {kSplitVectorBytes / int(dtype_size(dtype)), vpt, warp_threads(t.slice_vec, vpt)};
   return t;
 }

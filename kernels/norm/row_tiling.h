@@ -78,7 +78,10 @@ struct SplitRowTiling {
 // The device facts the choice depends on (queried once by the launcher; tests pass their own).
 struct RowDevice {
   int sms = 0;
-  int max_cluster_blocks = kRowClusterBlocks;  // with non-portable sizes allowed (16 on an H100)
+  // The largest cluster launched with non-portable sizes allowed (16 on an H100), of blocks that
+  // share an SM two by two (512 threads), and of blocks that each take a whole SM (1024 threads).
+  int max_cluster_blocks = kRowClusterBlocks;
+  int max_cluster_sms = kRowClusterBlocks;
 };
 
 // Vectors one block's slice holds at most: 4 per thread at 1024 threads, 64 KB of 16-byte vectors,
@@ -121,7 +124,8 @@ constexpr int kMaxNonPortableClusterBlocks = 16;
 // "" when vocab_clusters takes rows of `cols` on `device`, else why not. The default device is the
 // host-only check (`topt plan`): clusters up to kMaxNonPortableClusterBlocks.
 std::string vocab_row_unsupported(int64_t rows, int64_t cols, DType dtype,
-                                  const RowDevice& device = {0, kMaxNonPortableClusterBlocks});
+                                  const RowDevice& device = {0, kMaxNonPortableClusterBlocks,
+                                                             kMaxNonPortableClusterBlocks});
 
 // Vectors a vocab_clusters block holds where its threads keep their exps in fp32 (≤ 4 vectors per
 // thread, softmax_split_kernel): 2048, 32 KB of bf16.
@@ -131,7 +135,10 @@ constexpr int kVocabKeptExpsSliceVectors = 4 * kVocabMaxThreads;
 // (where the device's largest cluster holds the row so; else ≤ kMaxSliceVectors, exps computed twice),
 // raised to fill one wave of kVocabBlocksPerSm blocks per SM where rows are few, but no slice smaller
 // than kVocabMinSliceVectors and no cluster larger than the device's; vectors per thread the fewest of
-// 2, 4, 8 that keep a block within kVocabMaxThreads. Call vocab_row_unsupported first.
+// 2, 4, 8 that keep a block within kVocabMaxThreads — or within kMaxRowThreads where every block has
+// an SM to itself (rows × blocks ≤ SMs, a cluster of ≤ max_cluster_sms): one 1024-thread block per
+// SM then keeps a few rows' blocks on as many SMs as there are blocks, each SM's ex2 work and traffic
+// the least. Call vocab_row_unsupported first.
 SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device);
 
 // Calls f(std::integral_constant<int, v>{}) for the v among kValues that equals `value`.

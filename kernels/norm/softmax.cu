@@ -63,24 +63,26 @@ const void* widest_cluster_kernel() {
   return reinterpret_cast<const void*>(kernel);
 }
 
-// The largest cluster of kVocabMaxThreads-thread split blocks the current device launches (16 on an
-// H100), asked once per device.
-int max_cluster_blocks() {
+// The largest cluster of `threads`-thread split blocks the current device launches (16 on an H100),
+// asked once per device and size.
+int max_cluster_blocks(int threads) {
   static std::mutex mutex;
-  static std::map<int, int> by_device;
+  static std::map<std::pair<int, int>, int> asked;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = by_device.find(device); it != by_device.end()) return it->second;
+  if (auto it = asked.find({device, threads}); it != asked.end()) return it->second;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(32);
-  config.blockDim = dim3(kVocabMaxThreads);
+  config.gridDim = dim3(kMaxNonPortableClusterBlocks);
+  config.blockDim = dim3(unsigned(threads));
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&blocks, widest_cluster_kernel(), &config));
-  return by_device[device] = std::max(1, blocks);
+  return asked[{device, threads}] = std::max(1, blocks);
 }
 
-RowDevice row_device() { return {device_sms(), max_cluster_blocks()}; }
+RowDevice row_device() {
+  return {device_sms(), max_cluster_blocks(kVocabMaxThreads), max_cluster_blocks(kMaxRowThreads)};
+}
 
 // How a row softmax launch splits its rows (kernels/norm/softmax.h), or nothing for one block per row.
 std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, DType dtype, RowSplit split) {

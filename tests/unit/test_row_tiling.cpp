@@ -9,7 +9,7 @@
 namespace topt::kernels {
 namespace {
 
-const RowDevice kH100{132, 16};
+const RowDevice kH100{132, 16, 16};
 
 // Every vector of the row's body lies in exactly one block, and a block's slice fits its threads.
 void expect_covers(const SplitRowTiling& t, int64_t cols) {
@@ -87,23 +87,29 @@ TEST(SplitRowTiling, RefusesWhatAClusterCannotHold) {
   EXPECT_NE(split_row_unsupported(0, 4096, DType::bf16, "cols"), "");
 }
 
-// Every vocab_clusters plan: one cluster of at most the device's blocks, at most kVocabMaxThreads
-// threads (two blocks per SM), at most 64 KB a slice.
+// Every vocab_clusters plan: one cluster of at most the device's blocks; at most kVocabMaxThreads
+// threads (two blocks per SM) unless every block has an SM to itself; at most 64 KB a slice.
 void expect_vocab_plan(const SplitRowTiling& t, int64_t cols, const RowDevice& device = kH100) {
   expect_covers(t, cols);
   EXPECT_EQ(t.exchange, RowExchange::cluster);
   EXPECT_LE(t.splits, device.max_cluster_blocks);
-  EXPECT_LE(t.tiling.threads, kVocabMaxThreads);
+  EXPECT_LE(t.tiling.threads, kMaxRowThreads);
+  if (t.tiling.threads > kVocabMaxThreads) EXPECT_LE(t.splits, device.sms) << "blocks beyond one per SM";
   EXPECT_LE(t.slice_vec, kMaxSliceVectors);
+}
+
+// A plan's blocks per row, vectors per block, vectors per thread and threads per block.
+void expect_blocks(const SplitRowTiling& t, int splits, int slice_vec, int vpt, int threads) {
+  EXPECT_EQ(t.splits, splits);
+  EXPECT_EQ(t.slice_vec, slice_vec);
+  EXPECT_EQ(t.tiling.vpt, vpt);
+  EXPECT_EQ(t.tiling.threads, threads);
 }
 
 TEST(VocabRowTiling, ManyRowsTakeAsFewBlocksAsHoldTheRowWithTheirExps) {
   // 64 x 128256: 16032 vectors in 8 blocks of 2004 (4 per thread, 512 threads, exps kept).
   const SplitRowTiling t = choose_vocab_row_tiling(64, 128256, DType::bf16, kH100);
-  EXPECT_EQ(t.splits, 8);
-  EXPECT_EQ(t.slice_vec, 2004);
-  EXPECT_EQ(t.tiling.vpt, 4);
-  EXPECT_EQ(t.tiling.threads, 512);
+  expect_blocks(t, 8, 2004, 4, 512);
   expect_vocab_plan(t, 128256);
   // 256000: 16 blocks of 2000; 152064: 10 of 1901; 1024 rows as 64; an odd width as its even neighbour.
   EXPECT_EQ(choose_vocab_row_tiling(64, 256000, DType::bf16, kH100).splits, 16);
@@ -121,8 +127,9 @@ TEST(VocabRowTiling, ManyRowsTakeAsFewBlocksAsHoldTheRowWithTheirExps) {
 }
 
 TEST(VocabRowTiling, RowsPastSixteenKeptSlicesTakeEightVectorsPerThread) {
-  // 262144 = 16 x 2048 vectors: exps kept. 262152: 32769 vectors, 9 blocks of 3641 at 8 per thread.
-  EXPECT_EQ(choose_vocab_row_tiling(1, 262144, DType::bf16, kH100).tiling.vpt, 4);
+  // 262144 = 16 x 2048 vectors: exps kept (<= 4 per thread). 262152: 32769 vectors, 9 blocks of 3641
+  // at 8 per thread.
+  EXPECT_LE(choose_vocab_row_tiling(1, 262144, DType::bf16, kH100).tiling.vpt, 4);
   const SplitRowTiling past = choose_vocab_row_tiling(64, 262152, DType::bf16, kH100);
   EXPECT_EQ(past.splits, 9);
   EXPECT_EQ(past.tiling.vpt, 8);
@@ -134,14 +141,17 @@ TEST(VocabRowTiling, RowsPastSixteenKeptSlicesTakeEightVectorsPerThread) {
 }
 
 TEST(VocabRowTiling, FewRowsFillOneWaveOverTheLargestCluster) {
-  // 1 x 256000: 16 blocks of 2000 vectors (32 KB), 4 per thread.
+  // 1 x 256000: 16 blocks of 2000 vectors (32 KB), each on an SM of its own: 1024 threads, 2 per thread.
   const SplitRowTiling one = choose_vocab_row_tiling(1, 256000, DType::bf16, kH100);
-  EXPECT_EQ(one.splits, 16);
-  EXPECT_EQ(one.slice_vec, 2000);
-  EXPECT_EQ(one.tiling.vpt, 4);
+  expect_blocks(one, 16, 2000, 2, 1024);
   expect_vocab_plan(one, 256000);
-  // 16 x 256000: 16 each, 256 blocks, still one wave of two per SM.
-  EXPECT_EQ(choose_vocab_row_tiling(16, 256000, DType::bf16, kH100).splits, 16);
+  // 8 x 256000: 128 blocks, still one per SM. 16 x 256000: 16 each, 256 blocks, one wave of two per
+  // SM: 512 threads, 4 per thread.
+  EXPECT_EQ(choose_vocab_row_tiling(8, 256000, DType::bf16, kH100).tiling.threads, 1024);
+  const SplitRowTiling sixteen = choose_vocab_row_tiling(16, 256000, DType::bf16, kH100);
+  EXPECT_EQ(sixteen.splits, 16);
+  EXPECT_EQ(sixteen.tiling.vpt, 4);
+  EXPECT_EQ(sixteen.tiling.threads, 512);
   // 64 x 32000: 264 / 64 = 4 blocks of 1000 vectors rather than one of 4000 on half the SMs.
   const SplitRowTiling narrow = choose_vocab_row_tiling(64, 32000, DType::bf16, kH100);
   EXPECT_EQ(narrow.splits, 4);
@@ -157,12 +167,23 @@ TEST(VocabRowTiling, FewRowsFillOneWaveOverTheLargestCluster) {
       expect_vocab_plan(choose_vocab_row_tiling(rows, cols, DType::bf16, kH100), cols);
 }
 
+TEST(VocabRowTiling, WholeSmBlocksOnlyInClustersTheDeviceLaunches) {
+  // A device whose 1024-thread blocks come in clusters of at most 8: one row's 16 blocks share SMs.
+  const RowDevice small_gpcs{132, 16, 8};
+  const SplitRowTiling t = choose_vocab_row_tiling(1, 256000, DType::bf16, small_gpcs);
+  EXPECT_EQ(t.splits, 16);
+  EXPECT_EQ(t.tiling.threads, 512);
+  expect_vocab_plan(t, 256000, small_gpcs);
+}
+
 TEST(VocabRowTiling, ClusterCappedByTheDevice) {
-  // A device that launches 8-block clusters: 1 x 256000 in 8 blocks of 4000 vectors, 8 per thread.
-  const RowDevice portable{132, 8};
+  // A device that launches 8-block clusters: 1 x 256000 in 8 blocks of 4000 vectors, each on an SM
+  // of its own at 4 per thread.
+  const RowDevice portable{132, 8, 8};
   const SplitRowTiling t = choose_vocab_row_tiling(1, 256000, DType::bf16, portable);
-  EXPECT_EQ(t.splits, 8);
-  EXPECT_EQ(t.tiling.vpt, 8);
+  expect_blocks(t, 8, 4000, 4, 1024);
+  // With 64 rows, two per SM at 8 per thread (exps computed twice).
+  expect_blocks(choose_vocab_row_tiling(64, 256000, DType::bf16, portable), 8, 4000, 8, 512);
   expect_vocab_plan(t, 256000, portable);
   EXPECT_EQ(vocab_row_unsupported(1, 262151, DType::bf16, portable), "");
   EXPECT_NE(vocab_row_unsupported(1, 262152, DType::bf16, portable).find("cols=262152"), std::string::npos);
