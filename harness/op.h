@@ -59,7 +59,9 @@ struct ReadWay {
 };
 // A kernel that reads what some implementations must read, laid out as they read it, and does nothing
 // else: the fastest this GPU moves those bytes, timed in the same run (a per-case ceiling where the
-// layout, not the byte count, sets the rate: scattered KV pages, say).
+// layout, not the byte count, sets the rate: scattered KV pages, say). A bound may also write what
+// they must write (softmax's "copy": x copied into y), so that it carries the launch and the copy rate
+// of that case's exact bytes.
 struct ReadBound {
   std::string name;
   std::vector<ReadWay> ways;  // the bound is the fastest of them

@@ -38,6 +38,10 @@ enum class RowSplit {
   // softmax only, over a cooperative grid of one block per SM where the rows alone leave SMs idle:
   grid_when_wide_rows_are_few,  // rows wider than one block holds (else as `block`)
   grid_when_rows_are_few,       // rows of any width
+  // softmax only, every row over a cluster of up to the device's largest (16 on sm_90) sized by
+  // choose_vocab_row_tiling: small slices over many SMs when rows are few, ≤ 64 KB slices of
+  // ≤ 512 threads (two blocks per SM) when they are many
+  vocab_clusters,
 };
 
 // Blocks per cluster for a split row: 8, the portable cluster size.
@@ -58,6 +62,10 @@ enum class RowExchange {
             // launch is cooperative, so that every block of a row runs at once and none waits forever
 };
 
+// Split rows are taken as 16-byte vectors over each row's 16-byte-aligned body, plus the up to 7
+// elements before it and 7 after it (its edges) as scalars: any width, odd ones included.
+constexpr int kSplitVectorBytes = 16;
+
 // A row split into `splits` slices of `slice_vec` vectors, one block each, held in registers
 // (tiling.vpt vectors per thread, tiling.threads threads).
 struct SplitRowTiling {
@@ -70,6 +78,10 @@ struct SplitRowTiling {
 // The device facts the choice depends on (queried once by the launcher; tests pass their own).
 struct RowDevice {
   int sms = 0;
+  // The largest cluster launched with non-portable sizes allowed (16 on an H100), of blocks that
+  // share an SM two by two (512 threads), and of blocks that each take a whole SM (1024 threads).
+  int max_cluster_blocks = kRowClusterBlocks;
+  int max_cluster_sms = kRowClusterBlocks;
 };
 
 // Vectors one block's slice holds at most: 4 per thread at 1024 threads, 64 KB of 16-byte vectors,
@@ -82,12 +94,52 @@ constexpr int kSplitVptMany = 4, kSplitVptFew = 2;
 // "" when rows of `cols` can be split over blocks (cluster or grid), else why not.
 std::string split_row_unsupported(int64_t rows, int64_t cols, DType dtype, const char* width_axis);
 
+// 16-byte vectors in the body of a row of `cols`, at most (the body of a row whose start is not
+// 16-byte aligned may hold one fewer); at least 1, so that a plan has a slice.
+int64_t split_body_vectors(int64_t cols, DType dtype);
+
 // A row over several blocks: one cluster of as few blocks of ≤ kMaxSliceVectors as hold it (at most
 // kRowClusterBlocks), or, with `grid_allowed` where SMs / rows is more blocks than that, SMs / rows
 // blocks per row (one per SM) with the grid exchange: a few rows then load through every SM instead
 // of a cluster's. Call split_row_unsupported first.
 SplitRowTiling choose_split_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device,
                                        bool grid_allowed);
+
+// ---- Vocabulary rows over clusters sized to the rows (RowSplit::vocab_clusters) ----
+
+// Threads of a vocab_clusters block at most: with __launch_bounds__(kMaxRowThreads)'s 64 registers
+// per thread, two such blocks fill an SM's register file, so one block's stores and reduction overlap
+// the other's loads (one 1024-thread block per SM serialised them: 43-63% of the copy rate).
+constexpr int kVocabMaxThreads = 512;
+// Blocks of kVocabMaxThreads an SM holds at once (64 registers × 512 threads × 2 = the 65536 of sm_80+).
+constexpr int kVocabBlocksPerSm = 2;
+// The smallest slice a vocab_clusters block takes when rows are few: 512 vectors (8 KB of bf16); more,
+// smaller blocks shorten each block's chain of loads less than they add blocks to the barrier.
+constexpr int kVocabMinSliceVectors = 512;
+
+// The largest cluster CUDA launches with non-portable sizes allowed (sm_90); a device may launch
+// fewer for a given kernel (cudaOccupancyMaxPotentialClusterSize), which the launcher checks.
+constexpr int kMaxNonPortableClusterBlocks = 16;
+
+// "" when vocab_clusters takes rows of `cols` on `device`, else why not. The default device is the
+// host-only check (`topt plan`): clusters up to kMaxNonPortableClusterBlocks.
+std::string vocab_row_unsupported(int64_t rows, int64_t cols, DType dtype,
+                                  const RowDevice& device = {0, kMaxNonPortableClusterBlocks,
+                                                             kMaxNonPortableClusterBlocks});
+
+// Vectors a vocab_clusters block holds where its threads keep their exps in fp32 (≤ 4 vectors per
+// thread, softmax_split_kernel): 2048, 32 KB of bf16.
+constexpr int kVocabKeptExpsSliceVectors = 4 * kVocabMaxThreads;
+
+// The vocab_clusters split: as many blocks per row as hold it at ≤ kVocabKeptExpsSliceVectors each
+// (where the device's largest cluster holds the row so; else ≤ kMaxSliceVectors, exps computed twice),
+// raised to fill one wave of kVocabBlocksPerSm blocks per SM where rows are few, but no slice smaller
+// than kVocabMinSliceVectors and no cluster larger than the device's; vectors per thread the fewest of
+// 2, 4, 8 that keep a block within kVocabMaxThreads — or within kMaxRowThreads where every block has
+// an SM to itself (rows × blocks ≤ SMs, a cluster of ≤ max_cluster_sms): one 1024-thread block per
+// SM then keeps a few rows' blocks on as many SMs as there are blocks, each SM's ex2 work and traffic
+// the least. Call vocab_row_unsupported first.
+SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device);
 
 // Calls f(std::integral_constant<int, v>{}) for the v among kValues that equals `value`.
 template <int... kValues, class F>

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "harness/cuda_check.h"
@@ -53,14 +55,48 @@ int device_sms() {
   return sms;
 }
 
+// The split kernel at its most registers (8 vectors per thread) in clusters, where non-portable
+// cluster sizes are allowed: the other instantiations take no more of an SM.
+const void* widest_cluster_kernel() {
+  auto kernel = softmax_split_kernel<__nv_bfloat16, 8, RowExchange::cluster>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  return reinterpret_cast<const void*>(kernel);
+}
+
+// The largest cluster of `threads`-thread split blocks the current device launches (16 on an H100),
+// asked once per device and size.
+int max_cluster_blocks(int threads) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, int> asked;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = asked.find({device, threads}); it != asked.end()) return it->second;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(kMaxNonPortableClusterBlocks);
+  config.blockDim = dim3(unsigned(threads));
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&blocks, widest_cluster_kernel(), &config));
+  return asked[{device, threads}] = std::max(1, blocks);
+}
+
+RowDevice row_device() {
+  return {device_sms(), max_cluster_blocks(kVocabMaxThreads), max_cluster_blocks(kMaxRowThreads)};
+}
+
 // How a row softmax launch splits its rows (kernels/norm/softmax.h), or nothing for one block per row.
 std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
+  if (split == RowSplit::vocab_clusters) {
+    const RowDevice device = row_device();
+    if (auto why = vocab_row_unsupported(rows, cols, dtype, device); !why.empty())
+      throw Unsupported("softmax: " + why + " (the largest cluster this device launches)");
+    return choose_vocab_row_tiling(rows, cols, dtype, device);
+  }
   const bool fits_block = row_unsupported(rows, cols, dtype, "cols").empty();
   if (fits_block && split == RowSplit::cluster_when_rows_are_few) {
-    const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
-    const int slice_vec = cluster_slice_vectors(rows, cols / tiling.vec, kClusterVpt);
+    const int slice_vec = cluster_slice_vectors(rows, split_body_vectors(cols, dtype), kClusterVpt);
     if (slice_vec == 0) return std::nullopt;
-    return SplitRowTiling{{tiling.vec, kClusterVpt, slice_threads(slice_vec, kClusterVpt)},
+    return SplitRowTiling{{kSplitVectorBytes / int(dtype_size(dtype)), kClusterVpt, slice_threads(slice_vec, kClusterVpt)},
                           kRowClusterBlocks,
                           slice_vec,
                           RowExchange::cluster};
@@ -76,21 +112,26 @@ std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, D
 template <class T>
 void launch_split(const SoftmaxArgs<T>& args, int64_t rows, const SplitRowTiling& t, void* scratch,
                   cudaStream_t stream) {
+  // The blocks of a row take its 16-byte vectors and its edges at the same offsets in x and y.
+  if ((reinterpret_cast<uintptr_t>(args.x) - reinterpret_cast<uintptr_t>(args.y)) % kSplitVectorBytes)
+    throw Unsupported("softmax: rows split over blocks need x and y at the same address modulo 16 bytes");
   GridRowScratch grid{};
   if (t.exchange == RowExchange::grid) {
     if (!scratch) throw std::invalid_argument("softmax: rows split over a grid need scratch (softmax_scratch_bytes)");
     grid = grid_row_scratch(scratch, rows, t.splits);
   }
-  dispatch_int<1, 2, 4, 8>(t.tiling.vec, [&](auto vec) {
-    dispatch_int<kSplitVptFew, kSplitVptMany>(t.tiling.vpt, [&](auto vpt) {
-      constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
-      if (t.exchange == RowExchange::cluster)
-        launch_split_rows(softmax_split_kernel<T, kVec, kVpt, RowExchange::cluster>, rows, t.splits, t.tiling.threads,
-                          t.exchange, stream, args, t.splits, t.slice_vec, grid);
-      else
-        launch_split_rows(softmax_split_kernel<T, kVec, kVpt, RowExchange::grid>, rows, t.splits, t.tiling.threads,
-                          t.exchange, stream, args, t.splits, t.slice_vec, grid);
-    });
+  dispatch_int<kSplitVptFew, kSplitVptMany, kMaxVectorsPerThread>(t.tiling.vpt, [&](auto vpt) {
+    constexpr int kVpt = decltype(vpt)::value;
+    if (t.exchange == RowExchange::cluster) {
+      auto kernel = softmax_split_kernel<T, kVpt, RowExchange::cluster>;
+      if (t.splits > kRowClusterBlocks)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      launch_split_rows(kernel, rows, t.splits, t.tiling.threads, t.exchange, stream, args, t.splits, t.slice_vec,
+                        grid);
+    } else {
+      launch_split_rows(softmax_split_kernel<T, kVpt, RowExchange::grid>, rows, t.splits, t.tiling.threads,
+                        t.exchange, stream, args, t.splits, t.slice_vec, grid);
+    }
   });
 }
 
@@ -99,7 +140,7 @@ void launch_softmax(const char* op, const char* width_axis, const void* x, void*
                     float scale, DType dtype, SoftmaxAlgo algo, bool read_masked, RowStorage storage,
                     RowSplit split, CausalSchedule schedule, void* scratch, cudaStream_t stream) {
   const std::string why =
-      kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype);
+      kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype, split);
   if (!why.empty()) throw Unsupported(std::string(op) + ": " + why);
   if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
   if (storage == RowStorage::shared_memory)
@@ -137,8 +178,13 @@ std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype) {
   return split_row_unsupported(rows, cols, dtype, "cols");
 }
 
+std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
+  if (split == RowSplit::vocab_clusters) return vocab_row_unsupported(rows, cols, dtype);
+  return softmax_unsupported(rows, cols, dtype);
+}
+
 size_t softmax_scratch_bytes(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
-  if (!softmax_unsupported(rows, cols, dtype).empty()) return 0;
+  if (!softmax_unsupported(rows, cols, dtype, split).empty()) return 0;
   const std::optional<SplitRowTiling> t = choose_softmax_split(rows, cols, dtype, split);
   return t && t->exchange == RowExchange::grid ? grid_row_scratch_bytes(rows, t->splits) : 0;
 }

@@ -198,39 +198,86 @@ __device__ __forceinline__ MaxSum grid_row_allreduce(MaxSum block_value, MergeMa
   return warp_allreduce(v, merge);
 }
 
-// Rows over several blocks: block b takes vectors [part · slice_vec, (part + 1) · slice_vec) of row
-// b / splits, part = b % splits, in registers. Each block reduces its slice to an online (max, sum)
-// pair; the pairs merge through distributed shared memory (kExchange cluster: one cluster per row,
-// one cluster barrier) or global memory (grid: a cooperative launch, one counter per row); then each
-// block writes its slice. One read and one write of the row, at any width a cluster or the grid holds.
-template <class T, int kVec, int kVpt, RowExchange kExchange>
+// A row of any width as 16-byte vectors over its aligned body and scalars at its edges: `head`
+// elements before the first 16-byte boundary, `n_vec` vectors, then `tail` elements (< 8 each).
+struct RowBody {
+  int head, n_vec, tail;
+  // The column of the edge element that thread `t` takes, or −1: threads 0-7 the head's, 8-15 the
+  // tail's.
+  __device__ __forceinline__ int edge_col(int t, int cols) const {
+    if (t < head) return t;
+    if (t >= 8 && t - 8 < tail) return head + n_vec * 8 + (t - 8);
+    return -1;
+  }
+};
+template <class T>
+__device__ __forceinline__ RowBody row_body(const T* row, int cols) {
+  static_assert(sizeof(T) == 2, "16-bit elements: a 16-byte vector is 8");
+  const int misaligned = int(reinterpret_cast<uintptr_t>(row) % 16) / 2;
+  const int head = min(cols, (8 - misaligned) % 8);
+  const int n_vec = (cols - head) / 8;
+  return {head, n_vec, cols - head - n_vec * 8};
+}
+
+// Rows over several blocks: block b takes vectors [part · slice_vec, (part + 1) · slice_vec) of the
+// body of row b / splits, part = b % splits, in registers (16-byte vectors: any width, the row's
+// edges taken as scalars by the first threads of its last block; x and y equally aligned). Each block
+// reduces its slice to an online (max, sum) pair; the pairs merge through distributed shared memory
+// (kExchange cluster: one cluster per row, one cluster barrier) or global memory (grid: a cooperative
+// launch, one counter per row); then each block writes its slice. One read and one write of the row.
+// At ≤ 4 vectors per thread each thread keeps its exp2((x − its max)·s) in fp32 registers (32 at 4)
+// and writes them times one per-thread factor: one ex2 per element instead of two, which halves the
+// time a few SMs spend on the special-function unit (16 ex2 per clock per SM) when rows are few.
+template <class T, int kVpt, RowExchange kExchange>
 __global__ void __launch_bounds__(kMaxRowThreads)
     softmax_split_kernel(const SoftmaxArgs<T> a, int splits, int slice_vec, GridRowScratch scratch) {
+  constexpr int kVec = 8;
+  constexpr bool kKeepExps = kVpt <= 4;  // 8 per thread would take 64 fp32 registers, the cap
   using Frag = RowFragment<T, kVec, kVpt>;
   const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
-  const int n_vec = a.cols / kVec;
+  const T* x_row = a.x + size_t(row_index) * a.cols;
+  T* y_row = a.y + size_t(row_index) * a.cols;
+  const RowBody body = row_body(x_row, a.cols);
   const int first = part * slice_vec;
-  const int n_local = max(0, min(n_vec - first, slice_vec));
-  const size_t row = size_t(row_index) * a.cols + size_t(first) * kVec;  // this block's slice
+  const int n_local = max(0, min(body.n_vec - first, slice_vec));
+  const size_t slice = size_t(body.head) + size_t(first) * kVec;  // this block's first column
 
   Frag x;
-  x.load(a.x + row, n_local, -INFINITY);
-  MaxSum local{-INFINITY, 0.f};
-  for_each_element<kVpt, kVec>([&](int i, int j) { local.max = fmaxf(local.max, x.at(i, j)); });
+  x.load(x_row + slice, n_local, -INFINITY);
+  const int edge_col = part == splits - 1 ? body.edge_col(threadIdx.x, a.cols) : -1;
+  const float edge = edge_col >= 0 ? to_f32(x_row[edge_col]) : -INFINITY;
+  const float s = a.scale_log2e;
+
+  // This thread's online (max, sum) over its vectors and its edge element.
+  float thread_max = edge;
+  for_each_element<kVpt, kVec>([&](int i, int j) { thread_max = fmaxf(thread_max, x.at(i, j)); });
   x.keep_packed();
-  const float local_max = finite_or_zero(local.max);
-  for_each_element<kVpt, kVec>([&](int i, int j) { local.sum += fast_exp2((x.at(i, j) - local_max) * a.scale_log2e); });
-  x.keep_packed();
-  const MergeMaxSum merge{a.scale_log2e};
+  const float shift = finite_or_zero(thread_max);
+  const float edge_exp = fast_exp2((edge - shift) * s);
+  float sum = edge_exp;
+  float exps[kKeepExps ? kVpt : 1][kVec];  // (kVpt, kVec) where kept
+  for_each_element<kVpt, kVec>([&](int i, int j) {
+    const float e = fast_exp2((x.at(i, j) - shift) * s);
+    if constexpr (kKeepExps) exps[i][j] = e;
+    sum += e;
+  });
+  if constexpr (!kKeepExps) x.keep_packed();
+
+  const MergeMaxSum merge{s};
   const MaxSum none{-INFINITY, 0.f};
-  const MaxSum block_total = block_allreduce(local, merge, none);
+  const MaxSum block_total = block_allreduce(MaxSum{thread_max, sum}, merge, none);
   MaxSum total;
   if constexpr (kExchange == RowExchange::cluster) total = cluster_allreduce(block_total, merge, none);
   else total = grid_row_allreduce(block_total, merge, scratch, row_index, part, splits);
   const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
-  store_row<T, kVec, kVpt>(a.y + row, n_local, [&](int i, int j) {
-    return fast_exp2((x.at(i, j) - max) * a.scale_log2e) * inv_sum;
+  // Kept: exp2((x − max)·s) / sum = exp2((x − shift)·s) · factor, 0 where this thread saw no finite
+  // input.
+  const float factor = merge.rescale(thread_max, max) * inv_sum;
+  store_row<T, kVec, kVpt>(y_row + slice, n_local, [&](int i, int j) {
+    if constexpr (kKeepExps) return exps[i][j] * factor;
+    else return fast_exp2((x.at(i, j) - max) * s) * inv_sum;
   });
+  if (edge_col >= 0) y_row[edge_col] = from_f32<T>(edge_exp * factor);
   if constexpr (kExchange == RowExchange::cluster) cluster_wait();
 }
 

@@ -32,8 +32,11 @@ enum class RowStorage {
 std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype);
 
 // "" when softmax_forward takes rows of `cols` (one block per row, or a row over several blocks up to
-// 262144 wide in bf16), else why not.
+// 262151 wide in bf16, any width), else why not.
 std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype);
+// The same for the split `split`: RowSplit::vocab_clusters takes rows of up to 4096 16-byte vectors
+// per block of the device's largest cluster (524295 bf16 on an H100).
+std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype, RowSplit split);
 
 // y = softmax(x) over each row of x [rows, cols]; rows wider than one block holds take several
 // blocks each (clusters: no scratch needed).
@@ -43,7 +46,11 @@ void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType d
 // - block: one block per row where one holds it; wider rows over a cluster (choose_split_row_tiling);
 // - cluster_when_rows_are_few: each of a few rows (decode) over a cluster of 8 blocks;
 // - grid_when_wide_rows_are_few, grid_when_rows_are_few: each of rows too few to fill the SMs (wider
-//   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`.
+//   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`;
+// - vocab_clusters: every row over a cluster sized to the rows (choose_vocab_row_tiling), up to 16
+//   blocks, two blocks per SM where rows are many.
+// Split rows take any width (16-byte vectors over each row's aligned body, scalars at its edges) and
+// need x and y at the same address modulo 16 bytes.
 // Split rows are held in registers and reduced online (`storage` and `algo` apply only to one block
 // per row). `scratch` holds softmax_scratch_bytes() zeroed once before the first launch, and then
 // serves this one shape on one stream; it may be null where that is 0.

@@ -109,6 +109,16 @@ class SoftmaxProblem : public Problem {
 
   std::vector<Tensor> outputs() const override { return {*y}; }
 
+  // "copy": x copied into y by the driver, timed as the implementations are: the fastest this GPU
+  // reads and writes the row softmax's bytes, launch included (bytes / copy rate + the empty kernel's
+  // time, measured per case). Its pct_of_read_bound is the fraction of the physical bound reached.
+  std::vector<ReadBound> read_bounds() const override {
+    if (shape.causal) return {};
+    return {{"copy", {{"memcpy", [this](cudaStream_t s) {
+                         CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, x->bytes(), cudaMemcpyDeviceToDevice, s));
+                       }}}}};
+  }
+
   // Its own rounding and that of exp(x − max) where it is stored before the division; the denominator
   // is a sum over the row's keys.
   std::vector<OutputSpec> output_specs() const override {
@@ -288,6 +298,19 @@ void register_softmax(Registry& registry) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
                                             kernels::RowSplit::grid_when_rows_are_few, s);
                       }});
+  op.impls.push_back({"ours_v4", Role::ours,
+                      "ours_v2's cluster for every row, sized to the rows: up to 16 blocks of <= 64 KB and <= 512 "
+                      "threads, two per SM so that one block's reduction and stores overlap the other's loads; "
+                      "few rows over slices of >= 8 KB filling one wave",
+                      [](const Case& c) {
+                        const SoftmaxShape s = softmax_shape(c);
+                        return kernels::softmax_unsupported(s.rows, s.cols, s.dtype, kernels::RowSplit::vocab_clusters);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
+                                            kernels::RowSplit::vocab_clusters, s);
+                      }});
+  for (Impl& impl : op.impls) impl.read_bound = "copy";
   registry.add(std::move(op));
 }
 

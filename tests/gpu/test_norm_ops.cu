@@ -44,8 +44,10 @@ struct OpCase {
 
 const std::vector<std::string> kNormImpls{"ours", "ours_v2", "unfused", "cudnn"};
 const std::vector<std::string> kAddRmsNormImpls{"ours", "ours_v2", "unfused", "cudnn", "flashinfer"};
-const std::vector<std::string> kSoftmaxImpls{"ours",        "ours_v2", "ours_v3", "ours_twopass",
+const std::vector<std::string> kSoftmaxImpls{"ours",        "ours_v2", "ours_v3", "ours_v4", "ours_twopass",
                                              "ours_staged", "unfused", "cudnn"};
+// The rungs that take rows wider than one block holds.
+const std::vector<std::string> kVocabImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "cudnn", "unfused"};
 const std::vector<std::string> kCausalImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow", "cudnn"};
 
 std::vector<OpCase> op_cases() {
@@ -78,26 +80,41 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"softmax_extreme_odd", "softmax", softmax_params(8, 1001, "extreme"), kSoftmaxImpls});
   // cuDNN gives NaN on such rows (see CudnnSoftmaxGivesNanOnAllNegInfRows); the op defines zeros.
   cases.push_back({"softmax_neg_inf_rows", "softmax", softmax_params(9, 4096, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_twopass", "ours_staged", "unfused"}});
   cases.push_back({"softmax_neg_inf_rows_wide", "softmax", softmax_params(6, 32768, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_twopass", "ours_staged", "unfused"}});
   // A slice of -inf beside finite ones: the cluster merge must not let an empty block's max (−inf)
   // or a masked slice decide the row's max.
   cases.push_back(
-      {"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2", "ours_v3"}});
+      {"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2", "ours_v3", "ours_v4"}});
   // Rows over several blocks (vocabularies): over one block per SM (few rows: the grid exchange, one
-  // counter per row), over a cluster (many rows), a width of 2-element vectors (60002: uneven slices;
-  // such widths are taken up to 2 · 32768, odd ones up to 32768: row_tiling.h), a slice of -inf, whole
-  // rows of -inf, and the grid rung at every width.
-  const std::vector<std::pair<int64_t, int64_t>> vocab_shapes{{1, 128256}, {4, 256000}, {40, 152064},
-                                                              {2, 60002}, {1, 262144}, {3, 65544}};
+  // counter per row), over a cluster (many rows), uneven slices, a slice of -inf, whole rows of -inf,
+  // and the grid rung at every width. Odd widths (any width: 16-byte vectors over each row's aligned
+  // body, the edges as scalars) start their rows at every offset modulo 8 elements over 8+ rows:
+  // 8193 and 65537 are the first odd and the first 8-multiple-plus-one past one block (vec 1: 8192,
+  // vec 8: 65536), 65544 the first 8-multiple past it, 262151 the widest an 8-block cluster holds.
+  const std::vector<std::pair<int64_t, int64_t>> vocab_shapes{
+      {1, 128256}, {4, 256000}, {40, 152064}, {2, 60002},  {1, 262144}, {3, 65544},  {1, 262151},
+      {9, 8193},   {9, 65537},  {9, 100003},  {1, 128257}, {64, 128257}, {2, 65536}};
   for (auto [rows, cols] : vocab_shapes)
     cases.push_back({"softmax_vocab_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
-                     softmax_params(rows, cols), {"ours", "ours_v2", "ours_v3", "cudnn", "unfused"}});
+                     softmax_params(rows, cols), kVocabImpls});
+  // ours_v4's own boundaries (choose_vocab_row_tiling): one block of 2048 vectors against two (300
+  // rows fill the SMs alone), 16 blocks with exps kept (262144) against 9 that compute them twice
+  // (262152: 8 vectors per thread), the widest 16-block row (524295), rows of edges only (7, 9, 15
+  // wide), and few rows of 32000 (8 blocks of 500 vectors, 2 per thread).
+  const std::vector<std::pair<int64_t, int64_t>> vocab_cluster_shapes{
+      {300, 16384}, {300, 16392}, {1, 262144}, {64, 262152}, {1, 524295},
+      {8, 7},       {9, 9},       {9, 15},     {1, 32000},   {16, 32000}};
+  for (auto [rows, cols] : vocab_cluster_shapes)
+    cases.push_back({"softmax_vocab_v4_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
+                     softmax_params(rows, cols), {"ours_v4", "unfused"}});
   cases.push_back({"softmax_vocab_extreme", "softmax", softmax_params(5, 128256, "extreme"),
-                   {"ours", "ours_v2", "ours_v3"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4"}});
+  cases.push_back({"softmax_vocab_extreme_odd", "softmax", softmax_params(9, 128257, "extreme"),
+                   {"ours", "ours_v2", "ours_v3", "ours_v4"}});
   cases.push_back({"softmax_vocab_neg_inf_rows", "softmax", softmax_params(9, 256000, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "unfused"}});
   cases.push_back({"softmax_grid_narrow", "softmax", softmax_params(3, 512), {"ours_v3"}});
 
   for (int64_t seq : {1, 7, 64, 1000, 1001})
@@ -186,8 +203,10 @@ TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
     std::string expected;
   };
   const std::vector<Wide> wide{
-      {"softmax", "ours", softmax_params(1, 262152), "cols=262152: with 8-element vectors a cluster of 8 blocks "
-                                                      "holds at most 262144 per row"},
+      {"softmax", "ours", softmax_params(1, 262152), "cols=262152: a cluster of 8 blocks holds at most 32768 "
+                                                      "16-byte vectors per row in registers, 262151 wide at most"},
+      {"softmax", "ours_v4", softmax_params(1, 524296), "cols=524296: a cluster of 16 blocks holds at most 65536 "
+                                                         "16-byte vectors per row in registers, 524295 wide at most"},
       {"softmax", "ours_twopass", softmax_params(1, 65544), "cols=65544: with 8-element vectors one block holds at "
                                                              "most 65536 per row"},
       {"softmax", "ours_staged", softmax_params(1, 4100), "cols=4100: the staged row is copied in 16-byte vectors"},
