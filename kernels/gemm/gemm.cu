@@ -10,11 +10,13 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_mainloop.cuh"
+#include "kernels/gemm/sm90_gemm_stream.cuh"
 #include "kernels/sm90/sm90_device.h"
 #include "kernels/sm90/tma_map.h"
 
@@ -81,11 +83,8 @@ __global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p)
       g += p.partial[s * split_stride + gate];
       u += p.partial[s * split_stride + gate + kGatedGroup];
     }
-    const float row_f = row_factor(e, tensor, r), y = silu(g * row_f) * (u * row_f);
-    if (e.out_scale)
-      static_cast<uint8_t*>(p.out)[i] = uint8_t(__nv_cvt_float_to_fp8(y * inv_scale, __NV_SATFINITE, __NV_E4M3));
-    else
-      static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(y);
+    const float row_f = row_factor(e, tensor, r);
+    store_silu_gated(e, p.out, i, g * row_f, u * row_f, inv_scale);
   }
 }
 
@@ -167,6 +166,7 @@ void with_tile(const GemmPlan& plan, F&& f) {
     case TileShape::m128n128:
       return cluster ? f(ConfigTag<GemmConfig128x128<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x128<O>>{});
     case TileShape::m64n128: return f(ConfigTag<GemmConfig64x128<O>>{});
+    case TileShape::stream: throw std::invalid_argument("gemm: the streaming plan has no wgmma tile");
   }
 }
 
@@ -177,6 +177,27 @@ void with_config(const GemmPlan& plan, F&& f) {
     case Operands::e4m3: return with_tile<E4m3Operands>(plan, f);
     case Operands::s8: return with_tile<S8Operands>(plan, f);
   }
+}
+
+// Calls f(kernel, shared memory bytes) with the streaming kernel for these operands and M (8-token
+// tiles rounded up to 1, 2, 4 or 8).
+template <class F>
+void with_stream_kernel(Operands operands, int64_t m, F&& f) {
+  auto by_tiles = [&](auto operands_tag) {
+    constexpr Operands O = decltype(operands_tag)::value;
+    const int64_t tiles = (m + 7) / 8;
+    if (tiles <= 1) return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
+    if (tiles <= 2) return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
+    if (tiles <= 4) return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
+    return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
+  };
+  static_assert(8 * 8 >= kSmallM, "8 token tiles cover the streaming plan's M");
+  switch (operands) {
+    case Operands::bf16: return by_tiles(std::integral_constant<Operands, Operands::bf16>{});
+    case Operands::e4m3: return by_tiles(std::integral_constant<Operands, Operands::e4m3>{});
+    case Operands::s8: break;
+  }
+  throw std::invalid_argument("gemm: the streaming kernel takes bf16 or e4m3 operands");
 }
 
 }  // namespace
@@ -247,13 +268,27 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   check_epilogue(args);
+  const bool streams = plan.tile == TileShape::stream;
+  if (streams && (args.m > tile_m(plan.tile) || plan.splits > 1 || args.a_block_scale))
+    throw std::invalid_argument("gemm: the streaming plan takes M <= " + std::to_string(tile_m(plan.tile)) +
+                                ", no K splits and no block scales");
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
-  with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
   GemmParams& p = l.params;
-  p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  if (streams) {
+    l.grid = plan.grid(current_device_sm_count());
+    with_stream_kernel(args.operands, args.m, [](auto kernel, int smem) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    });
+    p.tma_a = CUtensorMap{};
+  } else {
+    with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
+    p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  }
   p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
+  p.a = args.a;
+  p.k = args.k;
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   p.tile_counters = nullptr;
@@ -278,6 +313,13 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
 
 void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
   if (l.params.m == 0 || l.params.n == 0) return;
+  if (l.plan.tile == TileShape::stream) {
+    with_stream_kernel(l.plan.operands, l.params.m, [&](auto kernel, int smem) {
+      kernel<<<l.grid, StreamConfig::kThreads, smem, stream>>>(l.params);
+    });
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   with_config(l.plan, [&](auto tag) { launch_config<typename decltype(tag)::type>(l, stream); });
   if (l.plan.splits > 1 && !l.params.tile_counters) {
     const bool gated = l.params.epilogue.activation == Activation::silu_gated;

@@ -68,7 +68,9 @@ struct GemmArgs {
 // What every kernel of the core takes (a __grid_constant__ parameter): the tensor maps are encoded
 // once, at prepare, so that a launch costs no host work beyond the launch itself.
 struct GemmParams {  // 64-byte aligned through CUtensorMap
-  CUtensorMap tma_a, tma_b;
+  CUtensorMap tma_a, tma_b;  // the streaming kernel (TileShape::stream) encodes only tma_b
+  const void* a;        // x itself: the streaming kernel loads its B fragments from global memory
+  int64_t k;
   void* out;
   float* partial;       // splits > 1: fp32 [splits, M, N]
   int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile, zero between launches

@@ -25,16 +25,51 @@ using kernels::gemm::TileShape;
 using kernels::gemm::wave_efficiency;
 
 constexpr int kH100Sms = 132;
+// The split-K wgmma plan at small M (the rungs ours_v2 and ours_v2_cluster; `ours` streams).
+constexpr kernels::gemm::PlanOptions kSplitK{false, false};
 
-TEST(GemmPlan, DecodeStreamsTheWeightsThroughEverySm) {
-  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
+  using kernels::gemm::Operands;
+  using kernels::gemm::PlanOptions;
+  // 7B O at M = 1: 256 strips of 16 rows, whole K, on 132 CTAs (124 take 2 strips, 8 take 1).
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms);
+  EXPECT_EQ(p.tile, TileShape::stream);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.n_tiles, 256);
+  EXPECT_EQ(p.units(), 256);
+  EXPECT_EQ(p.grid(kH100Sms), 132);
+  EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
+  EXPECT_NE(p.describe().find("256 strips"), std::string::npos) << p.describe();
+  // Every M up to kSmallM, bf16 and FP8 with per-tensor scales; a small N takes fewer CTAs (N = 1000:
+  // 63 strips, the last one 8 rows).
+  for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms).tile, TileShape::stream) << m;
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3).tile, TileShape::stream) << m;
+  }
+  const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms);
+  EXPECT_EQ(small_n.units(), 63);
+  EXPECT_EQ(small_n.grid(kH100Sms), 63);
+  // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
+  EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms).tile, TileShape::stream);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8).tile, TileShape::m64n128);
+  PlanOptions block;
+  block.block_scales = true;
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, block).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kSplitK).tile, TileShape::m64n128);
+  EXPECT_TRUE(kernels::gemm::stream_takes(Operands::e4m3, false));
+  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::e4m3, true));
+  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::s8, false));
+}
+
+TEST(GemmPlan, SplitKDecodeStreamsTheWeightsThroughEverySm) {
+  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
   EXPECT_EQ(p.tile, TileShape::m64n128);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.units(), 128);
   EXPECT_EQ(p.grid(kH100Sms), 128);
   // 70B QKV at M = 16: 80 tiles; 2 splits make 160 (61% of two waves), 3 make 240 (91%).
-  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms).splits, 3);
+  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 3);
 }
 
 TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
@@ -42,7 +77,7 @@ TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
     for (int64_t n : {128, 1000, 4096, 57344})
       for (int64_t m : {1, 17, 64}) {
         SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
-        const GemmPlan p = plan_gemm(m, n, k, kH100Sms);
+        const GemmPlan p = plan_gemm(m, n, k, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
         EXPECT_EQ(p.tile, TileShape::m64n128);
         EXPECT_GE(p.splits, 1);
         EXPECT_LE(p.splits, kernels::gemm::kMaxSplits);
@@ -54,7 +89,7 @@ TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
             EXPECT_LE(wave_efficiency(tiles * s, kH100Sms), wave_efficiency(p.units(), kH100Sms) + 1e-9) << s;
       }
   // K of one block cannot be split.
-  EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms).splits, 1);
+  EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 1);
 }
 
 TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
@@ -95,7 +130,7 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
   // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
-  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3);
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kSplitK);
   EXPECT_EQ(p.k_blocks, 32);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.operands, Operands::e4m3);
@@ -130,7 +165,7 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // Tiles short of a wave stay single (M = 256, N = 4096: 64 tiles of 128x128), and split plans too.
   EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
-  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, kernels::gemm::PlanOptions{true, false}).cluster_m, 1);
   EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // A grid of whole clusters: an odd SM count leaves one SM out.
   EXPECT_EQ(p.grid(131), 130);
