@@ -225,6 +225,11 @@ struct WorkspaceLayout {
   size_t counters = 0, bytes = 0;
   WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
     if (plan.splits <= 1) return;
+    if (plan.tile == TileShape::stream) {  // the cut strips' sums [M, strips·16], then a counter per strip
+      counters = (size_t(args.m) * plan.n_tiles * kStreamRows * sizeof(float) + 255) / 256 * 256;
+      bytes = counters + plan.n_tiles * sizeof(int);
+      return;
+    }
     counters = (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
     bytes = reduce == SplitReduce::last_split ? counters + counter_count(plan) * sizeof(int) : counters;
   }
@@ -260,8 +265,8 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
                         SplitReduce reduce) {
   if (plan.operands != args.operands) throw std::invalid_argument("gemm: the plan is for other operands");
   if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
-  if (plan.splits > 1 && plan.tile != TileShape::m64n128)
-    throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
+  if (plan.splits > 1 && plan.tile != TileShape::m64n128 && plan.tile != TileShape::stream)
+    throw std::invalid_argument("gemm: K splits run on 64x128 tiles (or the streaming kernel's stages) only");
   if (plan.cluster_m != 1 && (plan.cluster_m != kClusterM || plan.splits > 1 || plan.tile == TileShape::m64n128 ||
                               plan.m_tiles % plan.cluster_m != 0))
     throw std::invalid_argument("gemm: clusters along M run unsplit 128-row tiles, M tiles padded to the cluster");
@@ -269,9 +274,11 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   check_epilogue(args);
   const bool streams = plan.tile == TileShape::stream;
-  if (streams && (args.m > tile_m(plan.tile) || plan.splits > 1 || args.a_block_scale))
+  if (streams && (args.m > tile_m(plan.tile) || args.a_block_scale ||
+                  plan.splits != (plan.k_blocks + kStreamStageBlocks - 1) / kStreamStageBlocks))
     throw std::invalid_argument("gemm: the streaming plan takes M <= " + std::to_string(tile_m(plan.tile)) +
-                                ", no K splits and no block scales");
+                                ", no block scales, and its K stages of " + std::to_string(kStreamStageBlocks) +
+                                " blocks at most");
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
@@ -292,7 +299,10 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   p.tile_counters = nullptr;
-  if (plan.splits > 1 && reduce == SplitReduce::last_split) {
+  if (plan.splits > 1 && streams) {  // sums and counters: zero before the first launch, and after each
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
+    CUDA_CHECK(cudaMemsetAsync(workspace, 0, layout.bytes, stream));
+  } else if (plan.splits > 1 && reduce == SplitReduce::last_split) {
     p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
     CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
   }

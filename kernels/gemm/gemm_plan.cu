@@ -35,7 +35,8 @@ int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
 int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms / cluster_m * cluster_m)); }
 
 std::string GemmPlan::describe() const {
-  if (tile == TileShape::stream) return fmt::format("stream: {} strips of {} rows, whole K", n_tiles, kStreamRows);
+  if (tile == TileShape::stream)
+    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units", n_tiles, kStreamRows, splits, units());
   return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }
@@ -58,6 +59,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   };
   if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales)) {
     set_tile(TileShape::stream);
+    plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
     return plan;
   }
   if (m > kSmallM) {

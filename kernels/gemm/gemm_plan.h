@@ -34,6 +34,7 @@ constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave th
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 constexpr int kStreamRows = 16;         // rows of W per strip of the streaming kernel (mma.sync's m16)
+constexpr int kStreamStageBlocks = 8;   // the streaming kernel's K blocks (128 bytes) per stage, at most
 
 struct GemmPlan {
   Operands operands = Operands::bf16;
@@ -63,9 +64,10 @@ struct PlanOptions {
 bool stream_takes(Operands operands, bool block_scales);
 
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
-// M <= kSmallM with options.stream, where stream_takes the operands: the streaming kernel, one strip of
-//   kStreamRows rows of W per unit (all of K), min(strips, sms) CTAs each taking a contiguous run of
-//   strips: the weights' read is everything, and a CTA's run is one contiguous range of W.
+// M <= kSmallM with options.stream, where stream_takes the operands: the streaming kernel. Strips of
+//   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
+//   units (strip, stage) divided evenly over min(units, sms) CTAs, each a contiguous range of W: the
+//   weights' read is everything, and every SM reads the same bytes (a cut strip is summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.

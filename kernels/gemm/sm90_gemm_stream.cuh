@@ -4,8 +4,10 @@
 // 0.8 µs loaded latency), ~19 KB per SM, more as latency grows under load. Here each SM has 8 stages ×
 // 16 KB = 128 KB in flight from its first microsecond.
 //
-// - Work: W in strips of kStreamRows (16) rows; CTA b of a grid of min(strips, SMs) takes strips
-//   [b·strips/grid, (b+1)·strips/grid): a contiguous range of W, whole K (no split, no partials).
+// - Work: W in strips of kStreamRows (16) rows, each strip's K in p.splits stages of up to 8 boxes of
+//   128 bytes (K blocks spread evenly over the stages). Units (strip, stage) in strip-major order;
+//   CTA b of a grid of min(units, SMs) takes units [b·units/grid, (b+1)·units/grid): a contiguous range of
+//   W, the same bytes (± one stage) on every SM, so no SM idles in a last partial wave of strips.
 // - Producer (one thread of the last warp): per stage, one TMA box of (16 rows, 128 bytes of K, 128-byte
 //   swizzle) per consumer warp, K-consecutive; boxes past K are not issued (expect_tx counts those that are).
 // - Consumers (8 warps): warp w takes box w of each stage: 4 k-steps of 32 bytes, each one ldmatrix.x4
@@ -15,6 +17,10 @@
 //   the stage). fp32 accumulation.
 // - Per strip, the 8 warps' sums meet in shared memory and go through the core's epilogue_value (scales,
 //   bias, activation, residual) or the SwiGLU pair (a strip is one gate and one up group of 8 rows).
+//   A strip that a CTA range cuts (at most the first and the last of each CTA) is summed across CTAs:
+//   each adds its sums into the fp32 workspace [M, strips·16] (red.add in L2) and its stage count into
+//   the strip's counter; the CTA that completes the count applies the epilogue and zeroes both for the
+//   next launch (the threadFenceReduction protocol; the split-K last_split path's, in one kernel).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -34,6 +40,7 @@ struct StreamConfig {
   static constexpr int kBoxBytes = kRows * kRowBytes;          // 2 KB
   static constexpr int kConsumerWarps = 8;
   static constexpr int kStageBoxes = kConsumerWarps;           // one box per consumer warp
+  static_assert(kStageBoxes == kStreamStageBlocks, "the planner's stages are the kernel's");
   static constexpr int kStageBytes = kStageBoxes * kBoxBytes;  // 16 KB
   static constexpr int kStages = 8;                            // 128 KB of W in flight per SM
   static constexpr int kThreads = (kConsumerWarps + 1) * 32;   // + the producer warp
@@ -79,7 +86,8 @@ __device__ __forceinline__ void stream_mma(float (&d)[4], const uint32_t (&a)[4]
 }
 
 // kMTiles tiles of 8 tokens (M <= 8·kMTiles). p.tma_b: W boxes of (kRows, 128 bytes of K); p.a: x
-// [M, K] row-major; p.k_blocks: 128-byte K blocks of a row.
+// [M, K] row-major; p.k_blocks: 128-byte K blocks of a row; p.splits: stages per strip; p.partial and
+// p.tile_counters: the cut strips' sums [M, strips·16] and stage counts [strips], zero between launches.
 template <Operands kOperands, int kMTiles>
 __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -103,19 +111,30 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   }
   __syncthreads();
 
-  const int strips = (p.n + C::kRows - 1) / C::kRows;
-  const int strip_begin = int(int64_t(blockIdx.x) * strips / gridDim.x);
-  const int strip_end = int(int64_t(blockIdx.x + 1) * strips / gridDim.x);
-  const int stages_per_strip = (p.k_blocks + C::kStageBoxes - 1) / C::kStageBoxes;
+  const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
+  const int stage_boxes = (p.k_blocks + stages - 1) / stages;  // <= kStageBoxes (the planner's stages)
+  const int64_t units = int64_t(strips) * stages;
+  const int64_t unit_begin = units * blockIdx.x / gridDim.x, unit_end = units * (blockIdx.x + 1) / gridDim.x;
+  // The CTA's stages [s_begin, s_end) of the strip that unit u lies in.
+  struct StripRun {
+    int strip, s_begin, s_end;
+  };
+  auto run_at = [&](int64_t u) {
+    const int strip = int(u / stages), s_begin = int(u % stages);
+    return StripRun{strip, s_begin, int(s_begin + (unit_end - u) < stages ? s_begin + (unit_end - u) : stages)};
+  };
   constexpr int kBlockK = C::kRowBytes / (kOperands == Operands::bf16 ? 2 : 1);  // elements per box row
 
   if (warp == C::kConsumerWarps) {  // the producer
     if (lane == 0) {
       sm90::tma_prefetch_descriptor(&p.tma_b);
       RingPos<C::kStages> pos;
-      for (int strip = strip_begin; strip < strip_end; ++strip) {
-        for (int s = 0; s < stages_per_strip; ++s) {
-          const int first = s * C::kStageBoxes, boxes = min(C::kStageBoxes, p.k_blocks - first);
+      for (int64_t u = unit_begin; u < unit_end;) {
+        const StripRun run = run_at(u);
+        const int strip = run.strip;
+        u += run.s_end - run.s_begin;
+        for (int s = run.s_begin; s < run.s_end; ++s) {
+          const int first = s * stage_boxes, boxes = min(stage_boxes, p.k_blocks - first);
           sm90::mbar_wait(empty(pos.stage), pos.phase ^ 1);
           sm90::mbar_arrive_expect_tx(full(pos.stage), uint32_t(boxes * C::kBoxBytes));
           for (int b = 0; b < boxes; ++b)
@@ -139,12 +158,16 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   const float tensor = tensor_scale(e);
   const float inv_out_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
   const int tokens = min(p.m, kMTiles * 8);
+  __shared__ int completes_strip;  // a cut strip: this CTA's stages complete its count
   RingPos<C::kStages> pos;
-  for (int strip = strip_begin; strip < strip_end; ++strip) {
+  for (int64_t u = unit_begin; u < unit_end;) {
+    const StripRun run = run_at(u);
+    const int strip = run.strip;
+    u += run.s_end - run.s_begin;
     float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
-    for (int s = 0; s < stages_per_strip; ++s) {
-      const int block = s * C::kStageBoxes + warp;
-      const bool mine = block < p.k_blocks;
+    for (int s = run.s_begin; s < run.s_end; ++s) {
+      const int block = s * stage_boxes + warp;
+      const bool mine = warp < stage_boxes && block < p.k_blocks;
       // x's B fragments of the warp's 4 k-steps: token 8·mt + g, bytes 4t .. 4t + 3 and 16 + 4t .. of
       // each 32-byte step; zeros past M and K (K bytes are a multiple of 16: a half step is all in or out).
       uint32_t xb[4][kMTiles][2];
@@ -180,32 +203,60 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sums[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
-    sm90::named_sync(1, C::kConsumerWarps * 32);
+    constexpr int kConsumerThreads = C::kConsumerWarps * 32;
+    sm90::named_sync(1, kConsumerThreads);
     auto strip_sum = [&](int token, int row) {
       float v = 0.f;
 #pragma unroll
       for (int w = 0; w < C::kConsumerWarps; ++w) v += sums[w][token][row];
       return v;
     };
-    if (e.activation == Activation::silu_gated) {
-      for (int i = threadIdx.x; i < tokens * kGatedGroup; i += C::kConsumerWarps * 32) {
-        const int token = i / kGatedGroup, r = i % kGatedGroup;
-        const int64_t col = int64_t(strip) * kGatedGroup + r;
-        if (col >= e.gated_cols) continue;
-        const float row_f = row_factor(e, tensor, token);
-        store_silu_gated(e, p.out, int64_t(token) * e.gated_cols + col, strip_sum(token, r) * row_f,
-                         strip_sum(token, r + kGatedGroup) * row_f, inv_out_scale);
+    // The strip's outputs from its sums sum_of(token, row) (rows of the strip).
+    auto store_strip = [&](auto&& sum_of) {
+      if (e.activation == Activation::silu_gated) {
+        for (int i = threadIdx.x; i < tokens * kGatedGroup; i += kConsumerThreads) {
+          const int token = i / kGatedGroup, r = i % kGatedGroup;
+          const int64_t col = int64_t(strip) * kGatedGroup + r;
+          if (col >= e.gated_cols) continue;
+          const float row_f = row_factor(e, tensor, token);
+          store_silu_gated(e, p.out, int64_t(token) * e.gated_cols + col, sum_of(token, r) * row_f,
+                           sum_of(token, r + kGatedGroup) * row_f, inv_out_scale);
+        }
+      } else {
+        for (int i = threadIdx.x; i < tokens * C::kRows; i += kConsumerThreads) {
+          const int token = i / C::kRows, r = i % C::kRows;
+          const int64_t col = int64_t(strip) * C::kRows + r;
+          if (col >= p.n) continue;
+          const float v = epilogue_value(e, row_factor(e, tensor, token), token, col, p.n, sum_of(token, r));
+          static_cast<__nv_bfloat16*>(p.out)[int64_t(token) * p.n + col] = __float2bfloat16_rn(v);
+        }
       }
+    };
+    if (run.s_begin == 0 && run.s_end == stages) {
+      store_strip(strip_sum);
     } else {
-      for (int i = threadIdx.x; i < tokens * C::kRows; i += C::kConsumerWarps * 32) {
-        const int token = i / C::kRows, r = i % C::kRows;
-        const int64_t col = int64_t(strip) * C::kRows + r;
-        if (col >= p.n) continue;
-        const float v = epilogue_value(e, row_factor(e, tensor, token), token, col, p.n, strip_sum(token, r));
-        static_cast<__nv_bfloat16*>(p.out)[int64_t(token) * p.n + col] = __float2bfloat16_rn(v);
+      // workspace [M, strips·16]: this strip's columns of each token.
+      const int64_t stride = int64_t(strips) * C::kRows;
+      float* strip_sums = p.partial + int64_t(strip) * C::kRows;
+      for (int i = threadIdx.x; i < tokens * C::kRows; i += kConsumerThreads)
+        atomicAdd(strip_sums + (i / C::kRows) * stride + i % C::kRows, strip_sum(i / C::kRows, i % C::kRows));
+      __threadfence();
+      sm90::named_sync(1, kConsumerThreads);
+      if (threadIdx.x == 0) {
+        const int stages_here = run.s_end - run.s_begin;
+        completes_strip = atomicAdd(p.tile_counters + strip, stages_here) + stages_here == stages;
+        __threadfence();
+      }
+      sm90::named_sync(1, kConsumerThreads);
+      if (completes_strip) {
+        store_strip([&](int token, int row) { return __ldcg(strip_sums + token * stride + row); });
+        sm90::named_sync(1, kConsumerThreads);  // every sum read before any is zeroed
+        for (int i = threadIdx.x; i < tokens * C::kRows; i += kConsumerThreads)
+          strip_sums[(i / C::kRows) * stride + i % C::kRows] = 0.f;
+        if (threadIdx.x == 0) p.tile_counters[strip] = 0;
       }
     }
-    sm90::named_sync(1, C::kConsumerWarps * 32);  // the sums are rewritten by the next strip
+    sm90::named_sync(1, kConsumerThreads);  // the sums (and completes_strip) are rewritten by the next strip
   }
 #else
   __trap();
