@@ -6,8 +6,9 @@
 //
 // - Work: W in strips of kStreamRows (16) rows, each strip's K in p.splits stages of up to 8 boxes of
 //   128 bytes (K blocks spread evenly over the stages). Units (strip, stage) in strip-major order;
-//   CTA b of a grid of min(units, SMs) takes units [b·units/grid, (b+1)·units/grid): a contiguous range of
-//   W, the same bytes (± one stage) on every SM, so no SM idles in a last partial wave of strips.
+//   CTA b of a grid of min(units, SMs) takes units [b·units/grid, (b+1)·units/grid) (StreamRange,
+//   gemm_schedule.h): a contiguous range of W, the same bytes (± one stage) on every SM, so no SM idles
+//   in a last partial wave of strips.
 // - Producer (one thread of the last warp): per stage, one TMA box of (16 rows, 128 bytes of K, 128-byte
 //   swizzle) per consumer warp, K-consecutive; boxes past K are not issued (expect_tx counts those that are).
 // - Consumers (8 warps): warp w takes box w of each stage: 4 k-steps of 32 bytes, each one ldmatrix.x4
@@ -29,6 +30,7 @@
 
 #include "kernels/attention/mma_sm80.cuh"  // ldmatrix_x4, mma_16816
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_schedule.h"
 #include "kernels/gemm/sm90_gemm_epilogue.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 
@@ -113,24 +115,15 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
 
   const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
   const int stage_boxes = (p.k_blocks + stages - 1) / stages;  // <= kStageBoxes (the planner's stages)
-  const int64_t units = int64_t(strips) * stages;
-  const int64_t unit_begin = units * blockIdx.x / gridDim.x, unit_end = units * (blockIdx.x + 1) / gridDim.x;
-  // The CTA's stages [s_begin, s_end) of the strip that unit u lies in.
-  struct StripRun {
-    int strip, s_begin, s_end;
-  };
-  auto run_at = [&](int64_t u) {
-    const int strip = int(u / stages), s_begin = int(u % stages);
-    return StripRun{strip, s_begin, int(s_begin + (unit_end - u) < stages ? s_begin + (unit_end - u) : stages)};
-  };
+  const StreamRange range(strips, stages, blockIdx.x, gridDim.x);
   constexpr int kBlockK = C::kRowBytes / (kOperands == Operands::bf16 ? 2 : 1);  // elements per box row
 
   if (warp == C::kConsumerWarps) {  // the producer
     if (lane == 0) {
       sm90::tma_prefetch_descriptor(&p.tma_b);
       RingPos<C::kStages> pos;
-      for (int64_t u = unit_begin; u < unit_end;) {
-        const StripRun run = run_at(u);
+      for (int64_t u = range.begin; u < range.end;) {
+        const StreamRun run = range.run_at(u);
         const int strip = run.strip;
         u += run.s_end - run.s_begin;
         for (int s = run.s_begin; s < run.s_end; ++s) {
@@ -160,8 +153,8 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   const int tokens = min(p.m, kMTiles * 8);
   __shared__ int completes_strip;  // a cut strip: this CTA's stages complete its count
   RingPos<C::kStages> pos;
-  for (int64_t u = unit_begin; u < unit_end;) {
-    const StripRun run = run_at(u);
+  for (int64_t u = range.begin; u < range.end;) {
+    const StreamRun run = range.run_at(u);
     const int strip = run.strip;
     u += run.s_end - run.s_begin;
     float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "harness/config.h"
 #include "harness/presets.h"
@@ -178,6 +179,42 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // A grid of whole clusters: an odd SM count leaves one SM out.
   EXPECT_EQ(p.grid(131), 130);
+}
+
+// The streaming kernel's CTAs cover every (strip, stage) once, in runs that never leave a strip, each CTA
+// within one unit of the others; a strip's runs add up to its stages (the cut strips' counters complete).
+TEST(GemmSchedule, StreamRangesCoverEveryStageOnceAndBalance) {
+  using kernels::gemm::StreamRange;
+  using kernels::gemm::StreamRun;
+  for (auto [strips, stages] : std::vector<std::pair<int, int>>{{256, 8}, {63, 3}, {1, 1}, {1376, 8}, {320, 10}, {5, 22}})
+    for (int grid : {1, 7, 132}) {
+      SCOPED_TRACE(testing::Message() << strips << " strips x " << stages << " stages on " << grid);
+      const int64_t units = int64_t(strips) * stages;
+      if (grid > units) continue;  // the planner's grid is min(units, SMs)
+      std::vector<int> covered(size_t(units), 0), per_strip(size_t(strips), 0);
+      int64_t least = units, most = 0;
+      for (int cta = 0; cta < grid; ++cta) {
+        const StreamRange range(strips, stages, cta, grid);
+        least = std::min(least, range.end - range.begin);
+        most = std::max(most, range.end - range.begin);
+        int runs = 0;
+        for (int64_t u = range.begin; u < range.end; ++runs) {
+          const StreamRun run = range.run_at(u);
+          ASSERT_LT(run.s_begin, run.s_end);
+          ASSERT_LE(run.s_end, stages);
+          for (int s = run.s_begin; s < run.s_end; ++s) ++covered[size_t(int64_t(run.strip) * stages + s)];
+          per_strip[size_t(run.strip)] += run.s_end - run.s_begin;
+          // Only a CTA's first and last runs may be partial.
+          if (run.s_begin != 0) EXPECT_EQ(u, range.begin);
+          u += run.s_end - run.s_begin;
+          if (run.s_end != stages) EXPECT_EQ(u, range.end);
+        }
+        EXPECT_GE(runs, 1);
+      }
+      for (int c : covered) ASSERT_EQ(c, 1);
+      for (int s : per_strip) ASSERT_EQ(s, stages);
+      EXPECT_LE(most - least, 1);
+    }
 }
 
 TEST(GemmSchedule, ClustersTakeAdjacentMTilesOfOneColumnAndCoverEveryTileOnce) {
