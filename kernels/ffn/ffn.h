@@ -58,11 +58,14 @@ const char* ffn_kind_name(FfnKind kind);  // "swiglu", "gelu"
 // Why the FFN cannot run these args on the current device ("" if it can).
 std::string ffn_unsupported(const FfnArgs& args);
 // Device memory beside the operands: h [m, ffn] (bf16 or E4M3), then each GEMM's split-K workspace.
-size_t ffn_workspace_bytes(const FfnArgs& args, gemm::SplitReduce reduce = gemm::SplitReduce::last_split);
+// `options`: what both GEMMs' plans may choose (the streaming kernel at decode M by default).
+size_t ffn_workspace_bytes(const FfnArgs& args, gemm::SplitReduce reduce = gemm::SplitReduce::last_split,
+                           gemm::PlanOptions options = {});
 // Plans both GEMMs (gemm_plan on the current device), encodes their tensor maps and zeroes their
 // counters on `stream` (host work, once). `workspace` holds ffn_workspace_bytes.
 FfnLaunch prepare_ffn(const FfnArgs& args, void* workspace, cudaStream_t stream,
-                      gemm::SplitReduce reduce = gemm::SplitReduce::last_split);
+                      gemm::SplitReduce reduce = gemm::SplitReduce::last_split,
+                      gemm::PlanOptions options = {});
 // Enqueues both GEMMs on `stream`; never synchronizes.
 void run_ffn(const FfnLaunch& launch, cudaStream_t stream);
 

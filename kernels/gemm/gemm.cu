@@ -10,11 +10,13 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_mainloop.cuh"
+#include "kernels/gemm/sm90_gemm_stream.cuh"
 #include "kernels/sm90/sm90_device.h"
 #include "kernels/sm90/tma_map.h"
 
@@ -81,11 +83,8 @@ __global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p)
       g += p.partial[s * split_stride + gate];
       u += p.partial[s * split_stride + gate + kGatedGroup];
     }
-    const float row_f = row_factor(e, tensor, r), y = silu(g * row_f) * (u * row_f);
-    if (e.out_scale)
-      static_cast<uint8_t*>(p.out)[i] = uint8_t(__nv_cvt_float_to_fp8(y * inv_scale, __NV_SATFINITE, __NV_E4M3));
-    else
-      static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(y);
+    const float row_f = row_factor(e, tensor, r);
+    store_silu_gated(e, p.out, i, g * row_f, u * row_f, inv_scale);
   }
 }
 
@@ -167,6 +166,7 @@ void with_tile(const GemmPlan& plan, F&& f) {
     case TileShape::m128n128:
       return cluster ? f(ConfigTag<GemmConfig128x128<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x128<O>>{});
     case TileShape::m64n128: return f(ConfigTag<GemmConfig64x128<O>>{});
+    case TileShape::stream: throw std::invalid_argument("gemm: the streaming plan has no wgmma tile");
   }
 }
 
@@ -177,6 +177,27 @@ void with_config(const GemmPlan& plan, F&& f) {
     case Operands::e4m3: return with_tile<E4m3Operands>(plan, f);
     case Operands::s8: return with_tile<S8Operands>(plan, f);
   }
+}
+
+// Calls f(kernel, shared memory bytes) with the streaming kernel for these operands and M (8-token
+// tiles rounded up to 1, 2, 4 or 8).
+template <class F>
+void with_stream_kernel(Operands operands, int64_t m, F&& f) {
+  auto by_tiles = [&](auto operands_tag) {
+    constexpr Operands O = decltype(operands_tag)::value;
+    const int64_t tiles = (m + 7) / 8;
+    if (tiles <= 1) return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
+    if (tiles <= 2) return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
+    if (tiles <= 4) return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
+    return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
+  };
+  static_assert(8 * 8 >= kSmallM, "8 token tiles cover the streaming plan's M");
+  switch (operands) {
+    case Operands::bf16: return by_tiles(std::integral_constant<Operands, Operands::bf16>{});
+    case Operands::e4m3: return by_tiles(std::integral_constant<Operands, Operands::e4m3>{});
+    case Operands::s8: break;
+  }
+  throw std::invalid_argument("gemm: the streaming kernel takes bf16 or e4m3 operands");
 }
 
 }  // namespace
@@ -204,6 +225,11 @@ struct WorkspaceLayout {
   size_t counters = 0, bytes = 0;
   WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
     if (plan.splits <= 1) return;
+    if (plan.tile == TileShape::stream) {  // the cut strips' sums [M, strips·16], then a counter per strip
+      counters = (size_t(args.m) * plan.n_tiles * kStreamRows * sizeof(float) + 255) / 256 * 256;
+      bytes = counters + plan.n_tiles * sizeof(int);
+      return;
+    }
     counters = (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
     bytes = reduce == SplitReduce::last_split ? counters + counter_count(plan) * sizeof(int) : counters;
   }
@@ -239,25 +265,44 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
                         SplitReduce reduce) {
   if (plan.operands != args.operands) throw std::invalid_argument("gemm: the plan is for other operands");
   if (plan.splits > 1 && workspace == nullptr) throw std::invalid_argument("gemm: a split plan needs its workspace");
-  if (plan.splits > 1 && plan.tile != TileShape::m64n128)
-    throw std::invalid_argument("gemm: K splits run on 64x128 tiles only");
+  if (plan.splits > 1 && plan.tile != TileShape::m64n128 && plan.tile != TileShape::stream)
+    throw std::invalid_argument("gemm: K splits run on 64x128 tiles (or the streaming kernel's stages) only");
   if (plan.cluster_m != 1 && (plan.cluster_m != kClusterM || plan.splits > 1 || plan.tile == TileShape::m64n128 ||
                               plan.m_tiles % plan.cluster_m != 0))
     throw std::invalid_argument("gemm: clusters along M run unsplit 128-row tiles, M tiles padded to the cluster");
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   check_epilogue(args);
+  const bool streams = plan.tile == TileShape::stream;
+  if (streams && (args.m > tile_m(plan.tile) || args.a_block_scale ||
+                  plan.splits != (plan.k_blocks + kStreamStageBlocks - 1) / kStreamStageBlocks))
+    throw std::invalid_argument("gemm: the streaming plan takes M <= " + std::to_string(tile_m(plan.tile)) +
+                                ", no block scales, and its K stages of " + std::to_string(kStreamStageBlocks) +
+                                " blocks at most");
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
-  with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
   GemmParams& p = l.params;
-  p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  if (streams) {
+    l.grid = plan.grid(current_device_sm_count());
+    with_stream_kernel(args.operands, args.m, [](auto kernel, int smem) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    });
+    p.tma_a = CUtensorMap{};
+  } else {
+    with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
+    p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
+  }
   p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
+  p.a = args.a;
+  p.k = args.k;
   p.out = args.out;
   p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   p.tile_counters = nullptr;
-  if (plan.splits > 1 && reduce == SplitReduce::last_split) {
+  if (plan.splits > 1 && streams) {  // sums and counters: zero before the first launch, and after each
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
+    CUDA_CHECK(cudaMemsetAsync(workspace, 0, layout.bytes, stream));
+  } else if (plan.splits > 1 && reduce == SplitReduce::last_split) {
     p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
     CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
   }
@@ -278,6 +323,13 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
 
 void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
   if (l.params.m == 0 || l.params.n == 0) return;
+  if (l.plan.tile == TileShape::stream) {
+    with_stream_kernel(l.plan.operands, l.params.m, [&](auto kernel, int smem) {
+      kernel<<<l.grid, StreamConfig::kThreads, smem, stream>>>(l.params);
+    });
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   with_config(l.plan, [&](auto tag) { launch_config<typename decltype(tag)::type>(l, stream); });
   if (l.plan.splits > 1 && !l.params.tile_counters) {
     const bool gated = l.params.epilogue.activation == Activation::silu_gated;

@@ -68,10 +68,12 @@ struct GemmArgs {
 // What every kernel of the core takes (a __grid_constant__ parameter): the tensor maps are encoded
 // once, at prepare, so that a launch costs no host work beyond the launch itself.
 struct GemmParams {  // 64-byte aligned through CUtensorMap
-  CUtensorMap tma_a, tma_b;
+  CUtensorMap tma_a, tma_b;  // the streaming kernel (TileShape::stream) encodes only tma_b
+  const void* a;        // x itself: the streaming kernel loads its B fragments from global memory
+  int64_t k;
   void* out;
-  float* partial;       // splits > 1: fp32 [splits, M, N]
-  int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile, zero between launches
+  float* partial;       // splits > 1: fp32 [splits, M, N] (streaming kernel: its cut strips' sums [M, strips·16])
+  int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile (strip), zero between launches
   const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
   const float* b_block_scale;
   int scale_groups;
@@ -92,7 +94,8 @@ std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands,
 // Where a split plan's partials are summed: by a second kernel, or by the last split of each tile to
 // finish, in the GEMM kernel (no second launch; a counter per tile in the workspace).
 enum class SplitReduce { kernel, last_split };
-// Device memory the plan needs beside the operands: the split-K partials (and counters).
+// Device memory the plan needs beside the operands: the split-K partials (and counters), or the
+// streaming kernel's sums and counters of the strips its CTAs share (zeroed at prepare, left zero).
 size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce = SplitReduce::kernel);
 // Encodes the tensor maps (host work, done once) and zeroes the counters on `stream`; `workspace`
 // holds gemm_workspace_bytes. The plan's operands must be the args'.

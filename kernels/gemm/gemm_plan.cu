@@ -12,13 +12,20 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int tile_m(TileShape t) { return t == TileShape::m64n128 ? 64 : 128; }
-int tile_n(TileShape t) { return t == TileShape::m128n256 ? 256 : 128; }
+int tile_m(TileShape t) { return t == TileShape::m64n128 || t == TileShape::stream ? kSmallM : 128; }
+int tile_n(TileShape t) {
+  switch (t) {
+    case TileShape::m128n256: return 256;
+    case TileShape::stream: return kStreamRows;
+    default: return 128;
+  }
+}
 const char* tile_name(TileShape t) {
   switch (t) {
     case TileShape::m128n256: return "128x256";
     case TileShape::m128n128: return "128x128";
     case TileShape::m64n128: return "64x128";
+    case TileShape::stream: return "stream";
   }
   return "?";
 }
@@ -28,9 +35,13 @@ int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
 int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms / cluster_m * cluster_m)); }
 
 std::string GemmPlan::describe() const {
+  if (tile == TileShape::stream)
+    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units", n_tiles, kStreamRows, splits, units());
   return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }
+
+bool stream_takes(Operands operands, bool block_scales) { return operands != Operands::s8 && !block_scales; }
 
 double wave_efficiency(int64_t units, int sms) {
   const int64_t waves = ceil_div(units, sms);
@@ -46,6 +57,11 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     plan.m_tiles = ceil_div(m, tile_m(t));
     plan.n_tiles = ceil_div(n, tile_n(t));
   };
+  if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales)) {
+    set_tile(TileShape::stream);
+    plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
+    return plan;
+  }
   if (m > kSmallM) {
     set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);

@@ -12,7 +12,11 @@ namespace topt::kernels::gemm {
 //   128×128, 6 stages (32 KB each): medium M, or where 128×256 tiles leave SMs idle;
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
-enum class TileShape { m128n256, m128n128, m64n128 };
+//   stream:  not a wgmma tile: the weight-streaming kernel (sm90_gemm_stream.cuh) for decode M (≤ kSmallM):
+//            each CTA streams whole 16-row strips of W (all of K) through an 8-stage TMA ring (128 KB in
+//            flight per SM) into mma.sync with W as the m16 operand and the tokens as n8; no K split, no
+//            partials, one launch. tile_m is the most tokens it takes, tile_n a strip.
+enum class TileShape { m128n256, m128n128, m64n128, stream };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
 // of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
 // (twice the accumulators), so its widest tile is 128×128.
@@ -29,6 +33,8 @@ constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide ti
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
+constexpr int kStreamRows = 16;         // rows of W per strip of the streaming kernel (mma.sync's m16)
+constexpr int kStreamStageBlocks = 8;   // the streaming kernel's K blocks (128 bytes) per stage, at most
 
 struct GemmPlan {
   Operands operands = Operands::bf16;
@@ -45,13 +51,24 @@ struct GemmPlan {
   std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
 };
 
-// What the planner may choose beyond tiles and splits (the `ours` rungs differ here).
+// What the planner may choose beyond tiles and splits (the `ours` rungs differ here), and what of the
+// problem beyond its shape decides the kernel.
 struct PlanOptions {
-  bool clusters = false;  // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
+  bool clusters = false;      // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
+  bool stream = true;         // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles)
+  bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
 };
 
+// Whether the weight-streaming kernel takes these operands: bf16 and e4m3 with per-tensor scales
+// (int8's s32 sums and FP8 block scales run on the wgmma tiles).
+bool stream_takes(Operands operands, bool block_scales);
+
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
-// M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
+// M <= kSmallM with options.stream, where stream_takes the operands: the streaming kernel. Strips of
+//   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
+//   units (strip, stage) divided evenly over min(units, sms) CTAs, each a contiguous range of W: the
+//   weights' read is everything, and every SM reads the same bytes (a cut strip is summed across CTAs).
+// Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
 // Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.

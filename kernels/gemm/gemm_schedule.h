@@ -41,4 +41,28 @@ __host__ __device__ inline GemmUnit gemm_cluster_unit(int u, int rank, int clust
   return unit;
 }
 
+// The streaming kernel's work order (TileShape::stream): units (strip, K stage) strip-major; CTA `cta`
+// of `grid` takes units [cta·units/grid, (cta+1)·units/grid), a contiguous range of W (the same count,
+// ± 1, on every CTA). A StreamRun is the CTA's stages [s_begin, s_end) of one strip; a strip whose run
+// is not all of its stages is shared with the neighbouring CTA(s) and summed across them.
+struct StreamRun {
+  int strip, s_begin, s_end;
+};
+
+struct StreamRange {
+  int64_t begin, end;  // the CTA's units
+  int stages;          // per strip
+  __host__ __device__ StreamRange(int strips, int stages_per_strip, int cta, int grid) : stages(stages_per_strip) {
+    const int64_t units = int64_t(strips) * stages_per_strip;
+    begin = units * cta / grid;
+    end = units * (cta + 1) / grid;
+  }
+  // The run that unit u (begin <= u < end) starts; the next run starts at u + (s_end - s_begin).
+  __host__ __device__ StreamRun run_at(int64_t u) const {
+    const int strip = int(u / stages), s_begin = int(u % stages);
+    const int64_t left = end - u;
+    return {strip, s_begin, left < stages - s_begin ? int(s_begin + left) : stages};
+  }
+};
+
 }  // namespace topt::kernels::gemm

@@ -497,14 +497,8 @@ DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
   switch (args.format.bits) {
     case 4:
       return args.zeros ? decode_kernel_for_tiles<4, true>(args.m) : decode_kernel_for_tiles<4>(args.m);
-    case 8: return decode_kernel_for_tiles<8>(args.m);
-    default: return decode_kernel_for_tiles<16>(args.m);
+    default: return decode_kernel_for_tiles<8>(args.m);
   }
-}
-
-// bf16 W as the decode kernel's 16-bit weights: one group (no scales read).
-WeightOnlyGemmArgs bf16_weight_args(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k) {
-  return {x, w, /*scales=*/nullptr, /*zeros=*/nullptr, out, m, n, k, WeightFormat{16, k, false}};
 }
 
 }  // namespace
@@ -577,33 +571,6 @@ int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args) {
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_kernel_for(args), kDecodeWarps * 32, 0));
   return blocks;
-}
-
-std::string bf16_weight_decode_unsupported(int64_t m, int64_t n, int64_t k) {
-  if (m < 1 || n < 1 || k < 1) return "m, n and k must be >= 1";
-  if (m > kWeightOnlyDecodeMaxM)
-    return "m = " + std::to_string(m) + " > " + std::to_string(kWeightOnlyDecodeMaxM) +
-           ": the streaming decode kernel is for decode token counts";
-  if (k % 8 != 0) return "k = " + std::to_string(k) + " is not a multiple of 8 (W and x are read in 16-byte runs)";
-  return "";
-}
-
-int bf16_weight_decode_blocks_per_sm(int64_t m) {
-  return weight_only_decode_blocks_per_sm(bf16_weight_args(nullptr, nullptr, nullptr, m, 0, 0));
-}
-
-size_t bf16_weight_decode_workspace_bytes(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan) {
-  return weight_only_decode_workspace_bytes(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan);
-}
-
-void init_bf16_weight_decode_workspace(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan,
-                                       void* workspace, cudaStream_t stream) {
-  init_weight_only_decode_workspace(bf16_weight_args(nullptr, nullptr, nullptr, m, n, k), plan, workspace, stream);
-}
-
-void run_bf16_weight_decode(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k,
-                            const WeightOnlyDecodePlan& plan, void* workspace, cudaStream_t stream) {
-  run_weight_only_decode(bf16_weight_args(x, w, out, m, n, k), plan, workspace, stream);
 }
 
 }  // namespace topt::kernels::gemm

@@ -54,15 +54,4 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
 // planner's rounds of blocks are this times the SMs).
 int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args);
 
-// The same decode kernel on unquantized bf16 weights (W [N, K] row-major, as gemm_bf16 has them): the
-// weights streamed a batch ahead straight into mma.sync A fragments, no dequantize (gemm_bf16's decode
-// rung `ours_stream`). M ≤ kWeightOnlyDecodeMaxM, K a multiple of 8; "" or why not.
-std::string bf16_weight_decode_unsupported(int64_t m, int64_t n, int64_t k);
-int bf16_weight_decode_blocks_per_sm(int64_t m);
-size_t bf16_weight_decode_workspace_bytes(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan);
-void init_bf16_weight_decode_workspace(int64_t m, int64_t n, int64_t k, const WeightOnlyDecodePlan& plan,
-                                       void* workspace, cudaStream_t stream);
-void run_bf16_weight_decode(const void* x, const void* w, void* out, int64_t m, int64_t n, int64_t k,
-                            const WeightOnlyDecodePlan& plan, void* workspace, cudaStream_t stream);
-
 }  // namespace topt::kernels::gemm

@@ -305,10 +305,12 @@ const FfnProblem& as_ffn(const Problem& p) { return static_cast<const FfnProblem
 // ours / ours_v2: the two GEMMs of the core with the fused epilogues (kernels/ffn/ffn.h).
 class CoreFfn : public Instance {
  public:
-  CoreFfn(const FfnProblem& p, kernels::gemm::SplitReduce reduce, cudaStream_t stream) : shape_(p.shape) {
+  CoreFfn(const FfnProblem& p, kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options,
+          cudaStream_t stream)
+      : shape_(p.shape) {
     const kernels::ffn::FfnArgs args = p.args();
-    workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(args, reduce), "ffn h and split-K partials");
-    launch_ = kernels::ffn::prepare_ffn(args, workspace_.get(), stream, reduce);
+    workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(args, reduce, options), "ffn h and split-K partials");
+    launch_ = kernels::ffn::prepare_ffn(args, workspace_.get(), stream, reduce, options);
     h_scale_ = p.h_scale;
   }
   void launch(cudaStream_t s) override { kernels::ffn::run_ffn(launch_, s); }
@@ -486,20 +488,22 @@ void register_ffn(Registry& registry) {
   op.impls.push_back(
       {"ours", Role::ours,
        "the sm90 GEMM core twice: gate|up over an interleaved weight whose epilogue writes SiLU(g)*u (FP8: its "
-       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; small M: "
-       "split-K, the activation in the reduce kernel",
+       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; M <= 64: "
+       "the weight-streaming kernel for both (each weight byte read once, the activation in its epilogue)",
        unsupported,
        [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, s);
+         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{},
+                                          s);
        },
        "weights"});
   op.impls.push_back(
       {"ours_v2", Role::ours,
-       "ours; split-K partials summed (and the activation applied) by each tile's last split inside the GEMM "
-       "kernel: one launch per GEMM",
+       "ours with split-K wgmma tiles at small M (no streaming kernel); split-K partials summed (and the "
+       "activation applied) by each tile's last split inside the GEMM kernel: one launch per GEMM",
        unsupported,
        [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::last_split, s);
+         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::last_split,
+                                          kernels::gemm::PlanOptions{false, false}, s);
        },
        "weights"});
   registry.add(std::move(op));

@@ -14,7 +14,6 @@
 #include "harness/peaks.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_plan.h"
-#include "kernels/gemm/weight_only_gemm.h"
 #include "suites/gemm/gemm_reference.cuh"
 #include "suites/gemm/gemm_suites.h"
 
@@ -86,6 +85,7 @@ class CoreGemm : public Instance {
   CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra, kernels::gemm::SplitReduce reduce,
            kernels::gemm::PlanOptions options, cudaStream_t stream)
       : extra_(std::move(extra)) {
+    options.block_scales = args.a_block_scale != nullptr;
     const auto plan =
         kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands, options);
     workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan, reduce), "gemm split-K partials");
@@ -141,39 +141,6 @@ class CublasLtGemm : public Instance {
   LtExtras extras_;
 };
 
-// ours_stream: the weight-only decode kernel on the bf16 W (kernels/gemm/weight_only_gemm.h), spread by
-// plan_weight_only_decode at the kernel's occupancy; its split partials and arrival counters are its
-// workspace.
-class StreamDecodeGemm : public Instance {
- public:
-  StreamDecodeGemm(const GemmBf16Problem& p, cudaStream_t stream)
-      : x_(p.x->data), w_(p.w->data), y_(p.y->data), m_(p.shape.m), n_(p.shape.n), k_(p.shape.k),
-        resident_blocks_(kernels::gemm::bf16_weight_decode_blocks_per_sm(m_) * current_device_sm_count()),
-        plan_(kernels::gemm::plan_weight_only_decode(m_, n_, k_, resident_blocks_)),
-        workspace_(kernels::gemm::bf16_weight_decode_workspace_bytes(m_, n_, k_, plan_),
-                   "decode split-K partials and arrival counters") {
-    kernels::gemm::init_bf16_weight_decode_workspace(m_, n_, k_, plan_, workspace_.get(), stream);
-  }
-  void launch(cudaStream_t s) override {
-    kernels::gemm::run_bf16_weight_decode(x_, w_, y_, m_, n_, k_, plan_, workspace_.get(), s);
-  }
-  size_t workspace_bytes() const override { return workspace_.bytes(); }
-  Metrics metrics() const override {
-    return {{"plan_resident_blocks", resident_blocks_},
-            {"plan_strips_per_block", plan_.strips_per_block},
-            {"plan_splits", plan_.splits},
-            {"plan_grid", double(plan_.blocks(n_))}};
-  }
-
- private:
-  const void *x_, *w_;
-  void* y_;
-  int64_t m_, n_, k_;
-  int resident_blocks_;
-  kernels::gemm::WeightOnlyDecodePlan plan_;
-  DeviceBuffer workspace_;
-};
-
 }  // namespace
 
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
@@ -185,11 +152,12 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
       return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options);
     };
   };
-  const kernels::gemm::PlanOptions single, clusters{true};
-  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, single), "weights"},
+  const kernels::gemm::PlanOptions streaming, single{false, false}, clusters{true, false};
+  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming),
+           "weights"},
           {"ours_v2", Role::ours,
-           "ours; split-K partials summed by each tile's last split inside the GEMM kernel (an arrival counter per "
-           "tile): no second launch",
+           "ours with the split-K wgmma tiles at M <= 64 too (no streaming kernel); split-K partials summed by each "
+           "tile's last split inside the GEMM kernel (an arrival counter per tile): no second launch",
            unsupported, prepare(kernels::gemm::SplitReduce::last_split, single), "weights"},
           {"ours_v2_cluster", Role::ours,
            "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
@@ -258,25 +226,14 @@ void register_gemm_bf16(Registry& registry) {
                       "weights", true});
   for (Impl& impl : core_gemm_impls(
            "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped tiles; "
-           "small M: 64x128 tiles and split-K (gemm_plan)",
+           "M <= 64: the weight-streaming kernel (whole-K 16-row strips of W through a TMA ring into mma.sync, one "
+           "launch; gemm_plan)",
            [](const Case& c) {
              const GemmShape s(c);
              return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);
            },
            [](const Problem& p) { return as_gemm(p).args(); }))
     op.impls.push_back(std::move(impl));
-  op.impls.push_back({"ours_stream", Role::ours,
-                      "decode (M <= 64): W streamed a batch ahead (ld.global.nc) straight into mma.sync m16n8k16 A "
-                      "fragments, the tokens as n8, no shared memory (the weight-only decode kernel with 16-bit "
-                      "weights; plan_weight_only_decode)",
-                      [](const Case& c) {
-                        const GemmShape s(c);
-                        return kernels::gemm::bf16_weight_decode_unsupported(s.m, s.n, s.k);
-                      },
-                      [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<StreamDecodeGemm>(as_gemm(p), s);
-                      },
-                      "weights"});
   op.impls.push_back(cutlass_gemm_impl(
       "bf16 TN GEMM, fp32 accumulate",
       [](const Case& c) { return cutlass_gemm_unsupported(GemmShape(c), kernels::gemm::Operands::bf16); },

@@ -43,7 +43,8 @@ ReadBound weights_read_bound(const void* weights, size_t bytes, void* sink);
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 // The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
-// "weights": `ours` (`ours_note`; split-K partials summed by a second kernel), `ours_v2` (summed
+// "weights": `ours` (`ours_note`; M <= 64: the weight-streaming kernel where it takes the operands,
+// else split-K partials summed by a second kernel), `ours_v2` (split-K tiles at every small M, summed
 // by each tile's last split inside the GEMM kernel: no second launch) and `ours_v2_cluster` (ours_v2
 // with the planner's 2-CTA clusters along M). Metrics: `extra_of`'s, if any, then the plan
 // (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid, plan_cluster).

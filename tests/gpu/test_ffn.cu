@@ -108,18 +108,23 @@ TEST_F(GpuTest, FfnInterleavesGateAndUpInGroupsOfEight) {
   }
 }
 
-// Decode splits K in both GEMMs, and our rows report the gate|up tensor they never wrote.
-TEST_F(GpuTest, FfnDecodePlanSplitsKAndReportsTheSavedIntermediate) {
+// Decode streams both GEMMs' weights (one launch each, no K split), and our rows report the gate|up
+// tensor they never wrote.
+TEST_F(GpuTest, FfnDecodePlanStreamsAndReportsTheSavedIntermediate) {
   const Case c = make_case("ffn", ffn_params({1, 4096, 11008, "swiglu", "bf16", 1}), DType::bf16);
   const OpDef* op = builtin_registry().find("ffn");
   auto problem = op->make_problem(c, 1, stream);
   auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
-  double down_splits = 0, saved = 0;
+  double up_tile_n = 0, down_tile_n = 0, down_splits = 0, saved = 0;
   for (auto& [name, value] : inst->metrics()) {
+    if (name == "plan_up_tile_n") up_tile_n = value;
+    if (name == "plan_down_tile_n") down_tile_n = value;
     if (name == "plan_down_splits") down_splits = value;
     if (name == "intermediate_bytes_saved") saved = value;
   }
-  EXPECT_GT(down_splits, 1);  // 32 tiles of 64x128 over 11008 of K
+  EXPECT_EQ(up_tile_n, kernels::gemm::kStreamRows);  // 16-row strips of W, whole K
+  EXPECT_EQ(down_tile_n, kernels::gemm::kStreamRows);
+  EXPECT_EQ(down_splits, 1);
   EXPECT_EQ(saved, 2.0 * 11008 * 2);
 }
 

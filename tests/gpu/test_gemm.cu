@@ -72,11 +72,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
-  // The streaming decode rung up to 64 tokens: N off the strip (999, 1), K off the chunk (1032, 520, 8).
-  if (GetParam().m <= kernels::gemm::kWeightOnlyDecodeMaxM) impls.push_back("ours_stream");
+  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
+}
+
+// The weight-streaming kernel (`ours` at M <= 64, plan tile "stream"): every token-tile count (M = 1..64,
+// 8-token tiles 1, 2, 4, 8, partly filled), N off the 16-row strip (999, 1000: the last strip 7 or 8 rows)
+// and K off the 8-box stage (1032 bf16: 2064 bytes, a stage of 1 box after two full ones; 520: 1040
+// bytes, a box of 16 bytes), bf16 and FP8 with per-tensor scales. The plan's metrics say it streamed.
+struct StreamCase {
+  int64_t m, n, k;
+  std::string op;  // gemm_bf16 or gemm_fp8 (scaling=tensor)
+};
+
+std::vector<StreamCase> stream_cases() {
+  std::vector<StreamCase> cases;
+  for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
+    cases.push_back({m, 1000, 1032, "gemm_bf16"});
+    cases.push_back({m, 999, 520, "gemm_bf16"});
+    cases.push_back({m, 1000, 1024, "gemm_fp8"});
+    cases.push_back({m, 999, 528, "gemm_fp8"});
+  }
+  // More strips than SMs (2 a CTA on 132 SMs), 4 stages a strip, and 1 x 8 (one strip, one box).
+  cases.push_back({1, 4096, 4096, "gemm_bf16"});
+  cases.push_back({16, 4096, 4096, "gemm_fp8"});
+  cases.push_back({1, 8, 8, "gemm_bf16"});
+  return cases;
+}
+
+class GemmStreamGpu : public GpuTest, public ::testing::WithParamInterface<StreamCase> {};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmStreamGpu, ::testing::ValuesIn(stream_cases()), [](const auto& info) {
+  const StreamCase& g = info.param;
+  return g.op + "_m" + std::to_string(g.m) + "_n" + std::to_string(g.n) + "_k" + std::to_string(g.k);
+});
+
+TEST_P(GemmStreamGpu, MatchesTheReference) {
+  const StreamCase& g = GetParam();
+  const Case c = make_case(g.op, gemm_params({g.m, g.n, g.k}, g.op == "gemm_fp8" ? "tensor" : ""), DType::bf16);
+  EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_n"), kernels::gemm::kStreamRows);
+  expect_impls_pass(*this, c, {"ours"}, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
+}
+
+// Repeated launches of one prepared instance (the barriers' phases start over in each launch).
+TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
+  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.

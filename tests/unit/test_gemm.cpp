@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "harness/config.h"
 #include "harness/presets.h"
@@ -25,16 +26,60 @@ using kernels::gemm::TileShape;
 using kernels::gemm::wave_efficiency;
 
 constexpr int kH100Sms = 132;
+// The split-K wgmma plan at small M (the rungs ours_v2 and ours_v2_cluster; `ours` streams).
+constexpr kernels::gemm::PlanOptions kSplitK{false, false};
 
-TEST(GemmPlan, DecodeStreamsTheWeightsThroughEverySm) {
-  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
+  using kernels::gemm::Operands;
+  using kernels::gemm::PlanOptions;
+  // 7B O at M = 1: 256 strips of 16 rows, K (64 blocks of 128 bytes) in 8 stages: 2048 units on 132
+  // CTAs, 15 or 16 each (a whole strip would leave 8 CTAs with half the others' bytes).
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms);
+  EXPECT_EQ(p.tile, TileShape::stream);
+  EXPECT_EQ(p.splits, 8);
+  EXPECT_EQ(p.n_tiles, 256);
+  EXPECT_EQ(p.units(), 2048);
+  EXPECT_EQ(p.grid(kH100Sms), 132);
+  EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
+  EXPECT_NE(p.describe().find("256 strips of 16 rows x 8 K stages"), std::string::npos) << p.describe();
+  // FP8: 32 blocks of 128 bytes, 4 stages. 7B gate+up (22016 rows): 1376 strips x 8 stages, 83-84 units
+  // a CTA (whole strips would be 10 or 11: 95% of the time busy, not 99%).
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3).splits, 4);
+  EXPECT_EQ(plan_gemm(1, 22016, 4096, kH100Sms).units(), 1376 * 8);
+  // K of 172 blocks (7B down, 11008 bf16): 22 stages of at most 8 blocks.
+  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms).splits, 22);
+  // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 63 strips (the last
+  // one 8 rows) x 3 stages (17 blocks: 6, 6, 5) = 189 units on 132 CTAs.
+  for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms).tile, TileShape::stream) << m;
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3).tile, TileShape::stream) << m;
+  }
+  const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms);
+  EXPECT_EQ(small_n.n_tiles, 63);
+  EXPECT_EQ(small_n.splits, 3);
+  EXPECT_EQ(small_n.grid(kH100Sms), 132);
+  EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms).grid(kH100Sms), 1);  // one strip, one stage
+  // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
+  EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms).tile, TileShape::stream);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8).tile, TileShape::m64n128);
+  PlanOptions block;
+  block.block_scales = true;
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, block).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kSplitK).tile, TileShape::m64n128);
+  EXPECT_TRUE(kernels::gemm::stream_takes(Operands::e4m3, false));
+  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::e4m3, true));
+  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::s8, false));
+}
+
+TEST(GemmPlan, SplitKDecodeStreamsTheWeightsThroughEverySm) {
+  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
   EXPECT_EQ(p.tile, TileShape::m64n128);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.units(), 128);
   EXPECT_EQ(p.grid(kH100Sms), 128);
   // 70B QKV at M = 16: 80 tiles; 2 splits make 160 (61% of two waves), 3 make 240 (91%).
-  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms).splits, 3);
+  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 3);
 }
 
 TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
@@ -42,7 +87,7 @@ TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
     for (int64_t n : {128, 1000, 4096, 57344})
       for (int64_t m : {1, 17, 64}) {
         SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
-        const GemmPlan p = plan_gemm(m, n, k, kH100Sms);
+        const GemmPlan p = plan_gemm(m, n, k, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
         EXPECT_EQ(p.tile, TileShape::m64n128);
         EXPECT_GE(p.splits, 1);
         EXPECT_LE(p.splits, kernels::gemm::kMaxSplits);
@@ -54,7 +99,7 @@ TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
             EXPECT_LE(wave_efficiency(tiles * s, kH100Sms), wave_efficiency(p.units(), kH100Sms) + 1e-9) << s;
       }
   // K of one block cannot be split.
-  EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms).splits, 1);
+  EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 1);
 }
 
 TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
@@ -95,7 +140,7 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
   // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
-  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3);
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kSplitK);
   EXPECT_EQ(p.k_blocks, 32);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.operands, Operands::e4m3);
@@ -130,10 +175,46 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // Tiles short of a wave stay single (M = 256, N = 4096: 64 tiles of 128x128), and split plans too.
   EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
-  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, kernels::gemm::PlanOptions{true, false}).cluster_m, 1);
   EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // A grid of whole clusters: an odd SM count leaves one SM out.
   EXPECT_EQ(p.grid(131), 130);
+}
+
+// The streaming kernel's CTAs cover every (strip, stage) once, in runs that never leave a strip, each CTA
+// within one unit of the others; a strip's runs add up to its stages (the cut strips' counters complete).
+TEST(GemmSchedule, StreamRangesCoverEveryStageOnceAndBalance) {
+  using kernels::gemm::StreamRange;
+  using kernels::gemm::StreamRun;
+  for (auto [strips, stages] : std::vector<std::pair<int, int>>{{256, 8}, {63, 3}, {1, 1}, {1376, 8}, {320, 10}, {5, 22}})
+    for (int grid : {1, 7, 132}) {
+      SCOPED_TRACE(testing::Message() << strips << " strips x " << stages << " stages on " << grid);
+      const int64_t units = int64_t(strips) * stages;
+      if (grid > units) continue;  // the planner's grid is min(units, SMs)
+      std::vector<int> covered(size_t(units), 0), per_strip(size_t(strips), 0);
+      int64_t least = units, most = 0;
+      for (int cta = 0; cta < grid; ++cta) {
+        const StreamRange range(strips, stages, cta, grid);
+        least = std::min(least, range.end - range.begin);
+        most = std::max(most, range.end - range.begin);
+        int runs = 0;
+        for (int64_t u = range.begin; u < range.end; ++runs) {
+          const StreamRun run = range.run_at(u);
+          ASSERT_LT(run.s_begin, run.s_end);
+          ASSERT_LE(run.s_end, stages);
+          for (int s = run.s_begin; s < run.s_end; ++s) ++covered[size_t(int64_t(run.strip) * stages + s)];
+          per_strip[size_t(run.strip)] += run.s_end - run.s_begin;
+          // Only a CTA's first and last runs may be partial.
+          if (run.s_begin != 0) EXPECT_EQ(u, range.begin);
+          u += run.s_end - run.s_begin;
+          if (run.s_end != stages) EXPECT_EQ(u, range.end);
+        }
+        EXPECT_GE(runs, 1);
+      }
+      for (int c : covered) ASSERT_EQ(c, 1);
+      for (int s : per_strip) ASSERT_EQ(s, stages);
+      EXPECT_LE(most - least, 1);
+    }
 }
 
 TEST(GemmSchedule, ClustersTakeAdjacentMTilesOfOneColumnAndCoverEveryTileOnce) {
