@@ -99,18 +99,25 @@ class CutlassGemm : public Instance {
   int tried_ = 0;
 };
 
+// Why CUTLASS's TMA cannot take the rows of `s`, or "": K a multiple of `k_align` (16-byte rows of
+// `k_rows`), N of 8 (16-byte rows of `n_rows`), every dimension an int. Then why `plans` cannot run on
+// this device: after the shape, so that a shape's refusal reads the same on every machine (`topt plan`).
+std::string shape_then_device_unsupported(const GemmShape& s, int64_t k_align, const std::string& k_rows,
+                                          const std::string& n_rows, const cg::CutlassGemmPlans& plans) {
+  if (s.k % k_align != 0)
+    return "K = " + std::to_string(s.k) + " is not a multiple of " + std::to_string(k_align) +
+           ": CUTLASS's TMA loads need 16-byte rows of " + k_rows;
+  if (s.n % 8 != 0)
+    return "N = " + std::to_string(s.n) + " is not a multiple of 8: CUTLASS's TMA needs 16-byte rows of " + n_rows;
+  if (s.m > INT32_MAX || s.n > INT32_MAX || s.k > INT32_MAX) return "M, N and K must fit CUTLASS's int problem shape";
+  return kernels::sm90::sm90a_unsupported(plans.front()->kernel());
+}
+
 }  // namespace
 
 std::string cutlass_gemm_unsupported(const GemmShape& s, Operands operands, bool block_scaled) {
-  const int64_t align = operands == Operands::bf16 ? 8 : 16;
-  if (s.k % align != 0)
-    return "K = " + std::to_string(s.k) + " is not a multiple of " + std::to_string(align) +
-           ": CUTLASS's TMA loads need 16-byte rows of x and W";
-  if (s.n % 8 != 0)
-    return "N = " + std::to_string(s.n) + " is not a multiple of 8: CUTLASS's TMA store needs 16-byte rows of y";
-  if (s.m > INT32_MAX || s.n > INT32_MAX || s.k > INT32_MAX) return "M, N and K must fit CUTLASS's int problem shape";
-  // After the shape, so that a shape's refusal reads the same on every machine (`topt plan`).
-  return kernels::sm90::sm90a_unsupported(plans_for(operands, block_scaled).front()->kernel());
+  return shape_then_device_unsupported(s, operands == Operands::bf16 ? 8 : 16, "x and W", "y",
+                                       plans_for(operands, block_scaled));
 }
 
 std::string cutlass_weight_only_unsupported(const GemmShape& s, const kernels::gemm::WeightFormat& f) {
@@ -118,15 +125,8 @@ std::string cutlass_weight_only_unsupported(const GemmShape& s, const kernels::g
     return "CUTLASS's scale+zero mode dequantizes as bf16(bf16(code * scale) + zero) with zero = -zero_code * "
            "scale rounded to bf16: three roundings where the op's (code - zero) * scale has one, past the "
            "op's check where code and zero are close";
-  const int64_t align = f.bits == 4 ? 32 : 16;
-  if (s.k % align != 0)
-    return "K = " + std::to_string(s.k) + " is not a multiple of " + std::to_string(align) +
-           ": CUTLASS's TMA loads need 16-byte rows of the int" + std::to_string(f.bits) + " weights";
-  if (s.n % 8 != 0)
-    return "N = " + std::to_string(s.n) +
-           " is not a multiple of 8: CUTLASS's TMA needs 16-byte rows of y and of the scales [groups, N]";
-  if (s.m > INT32_MAX || s.n > INT32_MAX || s.k > INT32_MAX) return "M, N and K must fit CUTLASS's int problem shape";
-  return kernels::sm90::sm90a_unsupported(weight_only_plans(f.bits).front()->kernel());
+  return shape_then_device_unsupported(s, f.bits == 4 ? 32 : 16, "the int" + std::to_string(f.bits) + " weights",
+                                       "y and of the scales [groups, N]", weight_only_plans(f.bits));
 }
 
 std::string cutlass_peer_note(const std::string& what) {
