@@ -123,8 +123,8 @@ std::string cutlass_gemm_unsupported(const GemmShape& s, Operands operands, bool
 std::string cutlass_weight_only_unsupported(const GemmShape& s, const kernels::gemm::WeightFormat& f) {
   if (f.asymmetric)
     return "CUTLASS's scale+zero mode dequantizes as bf16(bf16(code * scale) + zero) with zero = -zero_code * "
-           "scale rounded to bf16: three roundings where the op's (code - zero) * scale has one, past the "
-           "op's check where code and zero are close";
+           "scale rounded to bf16: three roundings of terms up to 15 * scale, where the op's (code - zero) * "
+           "scale has one and its check allows one per weight";
   return shape_then_device_unsupported(s, f.bits == 4 ? 32 : 16, "the int" + std::to_string(f.bits) + " weights",
                                        "y and of the scales [groups, N]", weight_only_plans(f.bits));
 }
