@@ -14,13 +14,22 @@ namespace topt::baselines::cutlass_gemm {
 const char* version();  // "4.2.1": the CUTLASS that ships with FlashInfer (baselines/flashinfer/VERSION)
 
 struct CutlassGemmArgs {
-  const void* a = nullptr;  // x [M, K] row-major: bf16, or E4M3 codes
-  const void* b = nullptr;  // W [N, K] row-major, of a's type
+  const void* a = nullptr;  // x [M, K] row-major: bf16, or E4M3 / int8 codes
+  const void* b = nullptr;  // W [N, K] row-major, of a's type; weight-only: int8, or int4 as cutlass_int4.h packs it
   void* d = nullptr;        // y [M, N] bf16, row-major
   int m = 0, n = 0, k = 0;
   // FP8: y = a_scale · b_scale · acc, both device scalars read at each launch. Null for bf16.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  // FP8 block scales (kernels::gemm::GemmArgs'): x's [M, K/128] and W's [ceil(N/128), K/128], row-major.
+  const float* a_block_scale = nullptr;
+  const float* b_block_scale = nullptr;
+  // INT8: y = row_scale[m] · col_scale[n] · acc, x's per-token [M] and W's per-channel [N] scales. Null otherwise.
+  const float* row_scale = nullptr;
+  const float* col_scale = nullptr;
+  // Weight-only: W's bf16 scales [ceil(K / group), N] (N contiguous), one per `group` of K and output channel.
+  const void* scales = nullptr;
+  int group = 0;
   int sm_count = 0;  // the persistent scheduler's grid
 };
 
@@ -41,8 +50,13 @@ class CutlassGemmPlan {
 
 using CutlassGemmPlans = std::vector<std::unique_ptr<CutlassGemmPlan>>;
 
-// The configurations instantiated for each operand type (cutlass_gemm_bf16.cu, cutlass_gemm_fp8.cu).
+// The configurations instantiated for each operand type (cutlass_gemm_bf16.cu, cutlass_gemm_fp8.cu), and
+// for bf16 x with int4 / int8 weights scaled per group of K (cutlass_gemm_w4a16.cu, cutlass_gemm_w8a16.cu).
 CutlassGemmPlans bf16_plans();
 CutlassGemmPlans e4m3_plans();
+CutlassGemmPlans s8_plans();  // cutlass_gemm_int8.cu
+CutlassGemmPlans e4m3_block_plans();  // cutlass_gemm_fp8_block.cu: 1x128 (x) and 128x128 (W) block scales
+CutlassGemmPlans w4a16_plans();
+CutlassGemmPlans w8a16_plans();
 
 }  // namespace topt::baselines::cutlass_gemm

@@ -12,6 +12,6 @@ const char* version() {
   return v.c_str();
 }
 
-CutlassGemmPlans bf16_plans() { return sm90_plans<cutlass::bfloat16_t>(); }
+CutlassGemmPlans bf16_plans() { return sm90_plans<SameTypeOperands<cutlass::bfloat16_t>>(); }
 
 }  // namespace topt::baselines::cutlass_gemm

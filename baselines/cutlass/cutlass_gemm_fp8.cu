@@ -4,6 +4,6 @@
 
 namespace topt::baselines::cutlass_gemm {
 
-CutlassGemmPlans e4m3_plans() { return sm90_plans<cutlass::float_e4m3_t>(); }
+CutlassGemmPlans e4m3_plans() { return sm90_plans<SameTypeOperands<cutlass::float_e4m3_t>>(); }
 
 }  // namespace topt::baselines::cutlass_gemm

@@ -304,12 +304,10 @@ void register_gemm_fp8(Registry& registry) {
                                 "BLK128x128 for W in cuBLAS's scale layouts), bf16 out; fastest of 8",
                                 nullptr));
   op.impls.push_back(cutlass_gemm_impl(
-      "E4M3 TN GEMM with per-tensor scales (alpha = a_scale . b_scale read from the device at each launch), "
-      "accumulators promoted to fp32 every 4 MMAs, bf16 out",
-      [](const Case& c) -> std::string {
-        if (scheme_of(c) == Scheme::fp8_block)
-          return "CUTLASS's blockwise-scaled FP8 GEMM is not instantiated (per-tensor scales only)";
-        return cutlass_gemm_unsupported(GemmShape(c), Operands::e4m3);
+      "E4M3 TN GEMM, accumulators promoted to fp32 every 4 MMAs times alpha = a_scale . b_scale read from the "
+      "device at each launch (per tensor), or every 128 of K times the block scales (blockwise mainloop), bf16 out",
+      [](const Case& c) {
+        return cutlass_gemm_unsupported(GemmShape(c), Operands::e4m3, scheme_of(c) == Scheme::fp8_block);
       },
       [](const Problem& p) { return as_quant(p).args(); }, quant_error_metric));
   registry.add(std::move(op));
@@ -325,6 +323,11 @@ void register_gemm_int8(Registry& registry) {
   op.impls.insert(op.impls.begin(), cublaslt_impl("cuBLASLt int8 TN GEMM into s32, then a separate dequantize "
                                                   "kernel; fastest of 8",
                                                   nullptr));
+  op.impls.push_back(cutlass_gemm_impl(
+      "int8 TN GEMM into s32, dequantized in the epilogue (x's per-token scales x W's per-channel scales, a "
+      "visitor tree), bf16 out",
+      [](const Case& c) { return cutlass_gemm_unsupported(GemmShape(c), Operands::s8); },
+      [](const Problem& p) { return as_quant(p).args(); }, quant_error_metric));
   registry.add(std::move(op));
 }
 

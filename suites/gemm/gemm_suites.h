@@ -14,6 +14,7 @@
 #include "harness/registry.h"
 #include "harness/tensor.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/weight_only_gemm.h"
 
 namespace topt::suites {
 
@@ -69,14 +70,30 @@ struct LtExtras {
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,
                                                  cudaStream_t stream, Metrics extra = {}, LtExtras extras = {});
 
-// Why CUTLASS's SM90 GEMM (baselines/cutlass) cannot run `s` on `operands`, or "".
-std::string cutlass_gemm_unsupported(const GemmShape& s, kernels::gemm::Operands operands);
+// Why CUTLASS's SM90 GEMM (baselines/cutlass) cannot run `s` on `operands` (`block_scaled`: E4M3 with
+// 1x128 / 128x128 block scales), or "".
+std::string cutlass_gemm_unsupported(const GemmShape& s, kernels::gemm::Operands operands, bool block_scaled = false);
 
 // The peer `cutlass`: CUTLASS's SM90 GEMM (`what` names the operands) on the args `args_of` gives
-// (operands, pointers, shape, per-tensor scales), the fastest of its instantiated configurations
+// (operands, pointers, shape, scales), the fastest of its instantiated configurations
 // timed at prepare (its plan_choice()), held to the ReadBound "weights". Metrics: `extra_of`'s, if any.
 Impl cutlass_gemm_impl(const std::string& what, std::function<std::string(const Case&)> unsupported,
                        std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                        std::function<Metrics(const Problem&)> extra_of = {});
+
+// The peer's one-line note: CUTLASS's version, `what` it runs, and how its configuration is chosen.
+std::string cutlass_peer_note(const std::string& what);
+
+// Why CUTLASS's SM90 mixed-input GEMM (bf16 x, int4 / int8 W scaled per group of K) cannot run `s` in
+// format `f`, or "": asymmetric int4 (its zero mode rounds more than the op's dequantization), K off
+// 16-byte rows of W, N off 16-byte rows of y. (The op's groups, K or a multiple of 64, are all multiples
+// of CUTLASS's K tile of 64, as its can_implement wants.)
+std::string cutlass_weight_only_unsupported(const GemmShape& s, const kernels::gemm::WeightFormat& f);
+
+// The peer on a weight-only problem: `codes` the quantized matrix [N, K], one stored code a byte
+// (weight_only_layout.h); int4 codes are packed into CUTLASS's int4b_t layout (cutlass_int4.h) at
+// prepare, int8 codes taken as they are. The fastest configuration timed at prepare; metrics `extra`.
+std::unique_ptr<Instance> cutlass_weight_only_instance(const kernels::gemm::WeightOnlyGemmArgs& args,
+                                                       const uint8_t* codes, Metrics extra, cudaStream_t stream);
 
 }  // namespace topt::suites

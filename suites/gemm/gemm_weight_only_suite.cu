@@ -329,6 +329,15 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "core",
        nullptr,
        prepare(prepare_ours), "weights"},
+      {"cutlass", Role::peer,
+       cutlass_peer_note("mixed-input GEMM, yT = W . xT: int4 / int8 W converted and scaled in registers "
+                         "(symmetric only)"),
+       [](const Case& c) { return cutlass_weight_only_unsupported(GemmShape(c), format_of(c)); },
+       [](const Problem& p, const Case&, cudaStream_t s) {
+         const WeightOnlyProblem& w = as_weight_only(p);
+         return cutlass_weight_only_instance(w.args(), w.codes.as<uint8_t>(), w.metrics(), s);
+       },
+       "weights", true},
   };
   return op;
 }

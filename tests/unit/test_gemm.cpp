@@ -339,7 +339,7 @@ TEST(GemmCost, InvalidShapesAreNamed) {
 }
 
 // The CUTLASS peer refuses up front the rows its TMA cannot take (16 bytes of K in x and W, of N in
-// y), and block scales, which are not instantiated; the shape is checked before the device.
+// y); the shape is checked before the device.
 TEST(CutlassPeer, RefusesShapesItsTmaCannotTake) {
   using kernels::gemm::Operands;
   auto refusal = [](int64_t m, int64_t n, int64_t k, Operands operands) {
@@ -348,16 +348,17 @@ TEST(CutlassPeer, RefusesShapesItsTmaCannotTake) {
   EXPECT_NE(refusal(16, 4096, 4100, Operands::bf16).find("K = 4100 is not a multiple of 8"), std::string::npos);
   EXPECT_NE(refusal(16, 4096, 4104, Operands::e4m3).find("K = 4104 is not a multiple of 16"), std::string::npos);
   EXPECT_NE(refusal(16, 999, 4096, Operands::bf16).find("N = 999 is not a multiple of 8"), std::string::npos);
-  EXPECT_NE(refusal(16, 4096, 4096, Operands::s8).find("bf16 and E4M3"), std::string::npos);
+  EXPECT_NE(refusal(16, 4096, 4104, Operands::s8).find("K = 4104 is not a multiple of 16"), std::string::npos);
   // Aligned shapes pass the shape checks (what remains is the device's: none here, or an H100).
   EXPECT_EQ(refusal(1, 4096, 4104, Operands::bf16).find("multiple of"), std::string::npos);
-  Case block = gemm_case(16, 4096, 4096);
-  block.op = "gemm_fp8";
-  block.params.set("scaling", std::string("block"));
-  const Impl* cutlass = builtin_registry().find("gemm_fp8")->find_impl("cutlass");
-  ASSERT_NE(cutlass, nullptr);
-  EXPECT_EQ(cutlass->role, Role::peer);
-  EXPECT_NE(cutlass->unsupported(block).find("blockwise-scaled"), std::string::npos);
+  for (const char* op : {"gemm_bf16", "gemm_fp8", "gemm_int8"}) {
+    const Impl* peer = builtin_registry().find(op)->find_impl("cutlass");
+    ASSERT_NE(peer, nullptr) << op;
+    EXPECT_EQ(peer->role, Role::peer) << op;
+  }
+  EXPECT_NE(suites::cutlass_gemm_unsupported(suites::GemmShape(gemm_case(16, 1000, 4104)), Operands::e4m3, true)
+                .find("K = 4104 is not a multiple of 16"),
+            std::string::npos);
 }
 
 // (n, k) of the four linear layers of each Llama-2 preset: QKV (GQA), O, gate+up fused, down.

@@ -13,6 +13,7 @@
 
 #include "harness/config.h"
 #include "harness/registry.h"
+#include "baselines/cutlass/cutlass_int4.h"
 #include "harness/sweep.h"
 #include "kernels/gemm/weight_only_gemm.h"
 #include "kernels/gemm/weight_only_pack.h"
@@ -317,6 +318,53 @@ TEST(WeightOnlyCost, BytesAreThePackedWeightsScalesAndZeros) {
   EXPECT_DOUBLE_EQ(cost.flops, 2.0 * 4096 * 4096);
   c.params.set("group", int64_t(32));
   EXPECT_NE(builtin_registry().find("gemm_w4a16")->invalid(c).find("group = 32"), std::string::npos);
+}
+
+
+// CUTLASS's int4b_t layout (the peer's weights, packed at prepare): the stored code − 8 as a
+// two's-complement nibble, the even K index low; packed → unpacked is the quantized matrix bit for bit.
+TEST(CutlassInt4, PackedThenUnpackedIsTheQuantizedMatrixBitForBit) {
+  using baselines::cutlass_gemm::cutlass_int4_byte;
+  using baselines::cutlass_gemm::cutlass_int4_code;
+  const uint8_t stored[4] = {8, 15, 0, 9};  // codes 0, 7, −8, 1
+  EXPECT_EQ(cutlass_int4_byte(stored, 0), 0x70);
+  EXPECT_EQ(cutlass_int4_byte(stored, 1), 0x18);
+  for (const WeightShape& s : kShapes) {
+    if (s.n * s.k % 2 != 0) continue;
+    const std::vector<uint8_t> codes = random_codes(s, 4, 11);
+    std::vector<uint8_t> packed(codes.size() / 2);
+    for (size_t i = 0; i < packed.size(); ++i) packed[i] = cutlass_int4_byte(codes.data(), int64_t(i));
+    for (size_t i = 0; i < codes.size(); ++i)
+      ASSERT_EQ(cutlass_int4_code(packed.data(), int64_t(i)), codes[i]) << s.n << "x" << s.k << " element " << i;
+  }
+}
+
+// The CUTLASS peer of the weight-only ops refuses up front what it cannot take: asymmetric int4 (its
+// zero mode rounds more than the op's dequantization) and rows its TMA cannot load; the shape is
+// checked before the device.
+TEST(CutlassWeightOnlyPeer, RefusesWhatItCannotTake) {
+  auto refusal = [](int64_t n, int64_t k, const WeightFormat& f) {
+    Case c{"gemm_w4a16", {}, DType::bf16};
+    for (auto [name, value] : std::vector<std::pair<std::string, int64_t>>{{"m", 1}, {"n", n}, {"k", k}})
+      c.params.set(name, value);
+    return suites::cutlass_weight_only_unsupported(suites::GemmShape(c), f);
+  };
+  EXPECT_NE(refusal(4096, 4096, {4, 128, true}).find("zero mode"), std::string::npos);
+  EXPECT_NE(refusal(4096, 1032, {4, 128, false}).find("K = 1032 is not a multiple of 32"), std::string::npos);
+  EXPECT_NE(refusal(4096, 1032, {8, 1032, false}).find("K = 1032 is not a multiple of 16"), std::string::npos);
+  EXPECT_NE(refusal(1004, 4096, {4, 64, false}).find("N = 1004 is not a multiple of 8"), std::string::npos);
+  // Aligned shapes pass the shape checks (what remains is the device's: none here, or an H100).
+  for (const WeightFormat& f : {WeightFormat{4, 128, false}, WeightFormat{4, 64, false}, WeightFormat{4, 1056, false},
+                                WeightFormat{8, 1040, false}}) {
+    const std::string why = refusal(1000, f.bits == 4 ? 1056 : 1040, f);
+    EXPECT_EQ(why.find("multiple of"), std::string::npos) << why;
+    EXPECT_EQ(why.find("zero"), std::string::npos) << why;
+  }
+  for (const char* op : {"gemm_w4a16", "gemm_w8a16"}) {
+    const Impl* cutlass = builtin_registry().find(op)->find_impl("cutlass");
+    ASSERT_NE(cutlass, nullptr) << op;
+    EXPECT_EQ(cutlass->role, Role::peer) << op;
+  }
 }
 
 }  // namespace
