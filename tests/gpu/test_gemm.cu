@@ -318,13 +318,14 @@ Case weight_only_case(const GemmCase& g, const WeightOnlyFormat& f) {
   return make_case("gemm_w4a16", p, DType::bf16);
 }
 
-// M = 1, 3 (one n8 tile: int4's fp32-scaled sums), 9 (two tiles, tokens 9..15 reading token 8's row),
-// 17 (three of four tiles), 64 (the decode kernel's widest) and 130 (dequantize + the core); N off the
+// M = 1, 3 (one n8 tile: int4's fp32-scaled sums), 9 (two tiles, tokens 9..15 reading token 8's row), 16
+// (two full tiles), 17 (three of four tiles), 32 (four full), 33 (the first of eight tiles), 64 (the decode
+// kernel's widest) and 130 (dequantize + the core); N off the
 // 16-row strip, K off the 64-wide chunk and the groups (200 = 3·64 + 8: warps with no chunk, and a last
 // chunk that K ends in).
 std::vector<GemmCase> weight_only_cases() {
   std::vector<GemmCase> small, large;
-  for (int64_t m : {1, 3, 9, 17, 64, 130}) {
+  for (int64_t m : {1, 3, 9, 16, 17, 32, 33, 64, 130}) {
     small.push_back({m, 40, 200});
     small.push_back({m, 40, 1032});
     large.push_back({m, 1000, 1032});
