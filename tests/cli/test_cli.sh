@@ -99,7 +99,7 @@ expect 2 'share no row' -- "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_
 expect 0 'topt compare: 45 same$' -- \
   "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/tests/data/recorded/h100_quick_run1.json"
 expect 0 'note: 12 rows in both files: 12 of BASE.s 45, 12 of NEW.s 141' -- \
-  "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/reports/h100/norm_decode.json"
+  "$TOPT" compare "$SRC/tests/data/recorded/h100_quick_run1.json" "$SRC/tests/data/recorded/h100_norm_decode_run1.json"
 
 # topt report: every output it cannot write is exit 2 naming the path, never an abort.
 SYNTH="$SRC/tests/data/synthetic/h100_quick_synthetic_run1.json"
