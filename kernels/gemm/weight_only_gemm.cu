@@ -15,7 +15,7 @@ namespace topt::kernels::gemm {
 
 namespace {
 
-// Bytes of weights a lane loads as one batch: 3 int4 chunks, 2 int8 ones, 1 of 16-bit weights. The next
+// Bytes of weights a lane loads as one batch: 3 int4 chunks, 2 int8 ones. The next
 // batch is loaded while this one is computed: up to 2 batches in flight a warp (int4: 3 KB, 72 KB an SM
 // at 3 blocks, against the ~20 KB that Little's law asks at 3.35 TB/s). int4 takes 3, not 4: with 4 the
 // kernel needs ~114 registers (the compiler overlaps the chunks of a batch) and loses its third block
@@ -172,13 +172,10 @@ __device__ __forceinline__ void int8_fragment(uint32_t lo, uint32_t hi, uint32_t
 }
 
 // Where lane t's 16 k of a chunk lie: two runs of 8, at k_lo = chunk·64 + kLaneK·t and
-// k_lo + kHalfOffset. The packed layouts: x[16t, 16t + 16). 16-bit weights, read from W row-major:
-// [8t, 8t + 8) and [32 + 8t, 40 + 8t), so that each 16-byte load instruction of a warp reads whole
-// 32-byte sectors (64 contiguous bytes of a row), not every other 16 bytes of them.
-template <int kBits>
+// k_lo + kHalfOffset. The packed layouts: x[16t, 16t + 16).
 struct LaneK {
-  static constexpr int kLaneK = kBits == 16 ? 8 : 16;
-  static constexpr int kHalfOffset = kBits == 16 ? 32 : 8;
+  static constexpr int kLaneK = 16;
+  static constexpr int kHalfOffset = 8;
 };
 
 // Lane t's B fragments for all four tiles of a chunk: x[token][k_lo, k_lo + 8) and [k_lo + kHalfOffset,
@@ -197,8 +194,7 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_
 // `splits`: warp w owns strip w % strips_per_block and the (w / strips_per_block)-th part of the split's
 // chunks. Each lane loads kUnroll chunks' 16-byte shares (ld.global.nc, no L1) a batch ahead, then per
 // chunk loads its B fragments for the kMTiles tiles of 8 tokens (through L1: the block's warps of other
-// strips read the same x at the same time), dequantizes each k16 tile's A fragment once (16-bit
-// weights: as loaded) and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens
+// strips read the same x at the same time), dequantizes each k16 tile's A fragment once and issues kMTiles mma.sync. yᵀ = W · xᵀ: W is the m16 operand, so the tokens
 // pad to 8, not 16. The warps of a strip sum in shared memory; one split writes y (int8: times the
 // channel's scale, in fp32), several write fp32 partials that the last of them to finish sums.
 // One or two token tiles: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16 (two tiles need
@@ -232,22 +228,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
   const uint4* strip_packed = p.packed + strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
 
   // The lane's two runs of 8 k in chunk c (LaneK).
-  auto k_lo_of = [&](int c) { return c * kChunkK + LaneK<kBits>::kLaneK * t; };
-  constexpr int kHalfOffset = LaneK<kBits>::kHalfOffset;
+  auto k_lo_of = [&](int c) { return c * kChunkK + LaneK::kLaneK * t; };
+  constexpr int kHalfOffset = LaneK::kHalfOffset;
 
-  // The lane's v-th 16 bytes of chunk c. 16-bit weights are W itself, row-major: vectors 0, 1 are row
-  // g's runs at k_lo and k_lo + kHalfOffset, 2, 3 row g + 8's (tile j's fragment is the lane's k
-  // 4j .. 4j + 3 of each row, as in the packed layouts); nothing is read past N or K.
-  auto load_weights = [&](int c, int v) {
-    if constexpr (kBits == 16) {
-      const int64_t row = row0 + 8 * (v / 2), k = k_lo_of(c) + kHalfOffset * (v % 2);
-      if (row >= p.n || k >= p.k) return make_uint4(0, 0, 0, 0);
-      return load_streaming(reinterpret_cast<const uint4*>(reinterpret_cast<const __nv_bfloat16*>(p.packed) +
-                                                            row * p.k + k));
-    } else {
-      return load_streaming(strip_packed + c * 32 * kLaneVecs + v);
-    }
-  };
+  // The lane's v-th 16 bytes of chunk c.
+  auto load_weights = [&](int c, int v) { return load_streaming(strip_packed + c * 32 * kLaneVecs + v); };
 
   // The lane's shares of chunks c0 .. c0 + kUnroll − 1 that are in the warp's range (the others are
   // left as they are: no chunk past c_end is computed).
@@ -311,10 +296,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
         int4_code_fragment(words[j], rp, a);
       } else if constexpr (kBits == 4) {
         int4_fragment(words[j], rp, a);
-      } else if constexpr (kBits == 8) {
+      } else {
         int8_fragment(words[2 * j], words[2 * j + 1], a);
-      } else {  // bf16: row g's words 0-7, row g + 8's 8-15; registers 1 and 3 hold row g + 8
-        a[0] = words[2 * j], a[1] = words[8 + 2 * j], a[2] = words[2 * j + 1], a[3] = words[8 + 2 * j + 1];
       }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
