@@ -303,7 +303,7 @@ TEST(WeightOnlyConfigs, EveryLlamaLayerAtEveryTokenCount) {
     EXPECT_FALSE(swept[format].empty()) << format;
   const Config quick =
       load_config(std::string(TOPT_SOURCE_DIR) + "/configs/gemm_w4a16_quick.yaml", builtin_registry());
-  EXPECT_EQ(expand_sweep(quick, builtin_registry()).size(), 20u);
+  EXPECT_EQ(expand_sweep(quick, builtin_registry()).size(), 21u);
 }
 
 // The cost: x and y, and the packed weights as the kernels read them (codes, scales, zeros).
