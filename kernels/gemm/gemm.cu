@@ -153,8 +153,8 @@ struct ConfigTag {
   using type = C;
 };
 
-// Calls f(ConfigTag<C>{}) with the plan's instantiation C. FP8 has no 128x256 instantiation, ping-pong
-// is bf16's only, and split plans have no clusters (the planner never asks; prepare_gemm refuses them).
+// Calls f(ConfigTag<C>{}) with the plan's instantiation C. FP8 has no 128x256 instantiation and split
+// plans no clusters (the planner never asks; prepare_gemm refuses them).
 template <class O, class F>
 void with_tile(const GemmPlan& plan, F&& f) {
   const bool cluster = plan.cluster_m > 1;
@@ -167,11 +167,6 @@ void with_tile(const GemmPlan& plan, F&& f) {
       return cluster ? f(ConfigTag<GemmConfig128x128<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x128<O>>{});
     case TileShape::m64n128: return f(ConfigTag<GemmConfig64x128<O>>{});
     case TileShape::stream: throw std::invalid_argument("gemm: the streaming plan has no wgmma tile");
-    case TileShape::m64n256_pingpong:
-      if constexpr (O::kKind == Operands::bf16)
-        return cluster ? f(ConfigTag<GemmConfig64x256Pingpong<O, kClusterM>>{})
-                       : f(ConfigTag<GemmConfig64x256Pingpong<O>>{});
-      throw std::invalid_argument("gemm: ping-pong tiles are bf16's only");
   }
 }
 
@@ -274,8 +269,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     throw std::invalid_argument("gemm: K splits run on 64x128 tiles (or the streaming kernel's stages) only");
   if (plan.cluster_m != 1 && (plan.cluster_m != kClusterM || plan.splits > 1 || plan.tile == TileShape::m64n128 ||
                               plan.m_tiles % plan.cluster_m != 0))
-    throw std::invalid_argument(
-        "gemm: clusters along M run unsplit 128-row or ping-pong tiles, M tiles padded to the cluster");
+    throw std::invalid_argument("gemm: clusters along M run unsplit 128-row tiles, M tiles padded to the cluster");
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   check_epilogue(args);

@@ -12,14 +12,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int tile_m(TileShape t) {
-  if (t == TileShape::m64n128 || t == TileShape::stream) return kSmallM;
-  return t == TileShape::m64n256_pingpong ? 64 : 128;
-}
+int tile_m(TileShape t) { return t == TileShape::m64n128 || t == TileShape::stream ? kSmallM : 128; }
 int tile_n(TileShape t) {
   switch (t) {
-    case TileShape::m128n256:
-    case TileShape::m64n256_pingpong: return 256;
+    case TileShape::m128n256: return 256;
     case TileShape::stream: return kStreamRows;
     default: return 128;
   }
@@ -30,7 +26,6 @@ const char* tile_name(TileShape t) {
     case TileShape::m128n128: return "128x128";
     case TileShape::m64n128: return "64x128";
     case TileShape::stream: return "stream";
-    case TileShape::m64n256_pingpong: return "64x256 ping-pong";
   }
   return "?";
 }
@@ -72,10 +67,6 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
     const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
     if (!streams) {
-      if (options.pingpong && operands == Operands::bf16 && plan.tile == TileShape::m128n256) {
-        set_tile(TileShape::m64n256_pingpong);
-        plan.group = 2 * kRasterGroup;
-      }
       const int64_t padded = ceil_div(plan.m_tiles, kClusterM) * kClusterM;
       if (options.clusters && plan.m_tiles * plan.n_tiles >= sms && 8 * (padded - plan.m_tiles) <= plan.m_tiles) {
         plan.cluster_m = kClusterM;

@@ -11,14 +11,12 @@ namespace topt::kernels::gemm {
 //   128×256, 4 stages (48 KB each): the large-M shape, 2 consumer warpgroups of 64×256;
 //   128×128, 6 stages (32 KB each): medium M, or where 128×256 tiles leave SMs idle;
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
-//            the time, so the ring is deep (128 KB of weights in flight per SM);
-//   64×256,  5 stages (40 KB each), ping-pong (PlanOptions::pingpong, bf16): 2 consumer warpgroups
-//            that each own whole 64×256 tiles, one's epilogue under the other's MMAs.
+//            the time, so the ring is deep (128 KB of weights in flight per SM).
 //   stream:  not a wgmma tile: the weight-streaming kernel (sm90_gemm_stream.cuh) for decode M (≤ kSmallM):
 //            each CTA streams whole 16-row strips of W (all of K) through an 8-stage TMA ring (128 KB in
 //            flight per SM) into mma.sync with W as the m16 operand and the tokens as n8; no K split, no
 //            partials, one launch. tile_m is the most tokens it takes, tile_n a strip.
-enum class TileShape { m128n256, m128n128, m64n128, m64n256_pingpong, stream };
+enum class TileShape { m128n256, m128n128, m64n128, stream };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
 // of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
 // (twice the accumulators), so its widest tile is 128×128.
@@ -59,7 +57,6 @@ struct PlanOptions {
   bool clusters = false;      // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
   bool stream = true;         // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles)
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
-  bool pingpong = false;      // bf16 128x256 plans run 64x256 ping-pong tiles instead (see plan_gemm)
 };
 
 // Whether the weight-streaming kernel takes these operands: bf16 and e4m3 with per-tensor scales
@@ -82,8 +79,6 @@ bool stream_takes(Operands operands, bool block_scales);
 // With options.clusters, an unsplit 128-row plan whose tiles fill at least one wave runs clusters of
 //   kClusterM along M, where padding M to whole clusters adds at most 1/8 of the tiles: per stage a
 //   CTA then reads its A and half of W from L2 (128x256 bf16: 32 KB instead of 48).
-// With options.pingpong, a bf16 plan of 128x256 tiles (unsplit) runs 64x256 ping-pong tiles, raster
-//   group 2 x kRasterGroup of them (the same 1024 rows); clusters then pair 64-row tiles.
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16,
                    PlanOptions options = {});
 

@@ -38,27 +38,17 @@ struct S8Operands {
 // N tile. Each CTA's producer fetches 1/kClusterM of every stage's W tile and multicasts it to all, so
 // a stage of a CTA is written by every producer of the cluster, and is free again only when every
 // CTA's consumers have read it: each consumer warp arrives on the empty barrier of every CTA.
-// kPingpong: two consumer warpgroups on 64-row tiles (kBlockM = 64), each owning every other tile of
-// the CTA whole (CUTLASS's KernelTmaWarpSpecializedPingpong). The producer fills the ring tile after
-// tile, so a stage is read by one warpgroup, and the second warpgroup's first stages land only as the
-// first's last ones are consumed: their main loops alternate on the tensor cores by the ring's order
-// alone, and one's epilogue runs while the other's MMAs do. Without it (cooperative) both warpgroups
-// share every tile, 64 rows each, and the tensor cores idle while they both store it.
-template <class Operand_, int kBlockM_, int kBlockN_, int kStages_, int kClusterM_ = 1, bool kPingpong_ = false>
+template <class Operand_, int kBlockM_, int kBlockN_, int kStages_, int kClusterM_ = 1>
 struct GemmConfig {
   using Operand = Operand_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_, kClusterM = kClusterM_;
-  static constexpr bool kPingpong = kPingpong_;
   static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN == 128 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128 or 256");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of 1 or 2 CTAs along M");
-  static_assert(!kPingpong || (kBlockM == 64 && !Operand::kPromote), "ping-pong: 64-row tiles, no FP8 promotion");
-  static constexpr int kConsumers = kPingpong ? 2 : kBlockM / 64;
+  static constexpr int kConsumers = kBlockM / 64;
   // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // The consumer warps that read each stage (each releases it with one arrival): one warpgroup's in
-  // ping-pong, every consumer's otherwise.
-  static constexpr int kConsumerWarps = 4 * (kPingpong ? 1 : kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;  // each releases a stage with one arrival
   static constexpr int kEmptyArrivals = kConsumerWarps * kClusterM;  // from every CTA of the cluster
   // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 twice, promoted and not):
   // registers move from the producer (which needs ~30) to them. 40·128 + 232·256 fills the 64K
@@ -91,7 +81,5 @@ template <class Operand, int kClusterM = 1>
 using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6, kClusterM>;
 template <class Operand>
 using GemmConfig64x128 = GemmConfig<Operand, 64, 128, 8>;
-template <class Operand, int kClusterM = 1>
-using GemmConfig64x256Pingpong = GemmConfig<Operand, 64, 256, 5, kClusterM, true>;
 
 }  // namespace topt::kernels::gemm

@@ -8,7 +8,7 @@
 // (every consumer warp done reading). It runs ahead into the next unit while the consumers store
 // this one. With K split and tile_counters given, the last split of a tile to finish adds the others'
 // partials and stores it (else a reduce kernel does, gemm.cu). Each consumer warpgroup owns 64 rows
-// of the tile (ping-pong: every other tile of the CTA, whole; sm90_gemm_config.cuh): per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
+// of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
 // in flight, so a stage is released when the next stage's group is issued; FP8 does the same within
 // a run of promote_blocks stages (1 with block scales, 4 per tensor), then waits for the run's groups
 // and promotes its products into the fp32 accumulators (times the stage's block scales), the other
@@ -57,14 +57,6 @@ struct GemmWalk {
     return gemm_cluster_unit(u, rank, C::kClusterM, p.m_tiles, p.n_tiles, p.splits, p.group, p.k_blocks);
   }
 };
-
-// Moves `pos` past a unit's stages: a ping-pong consumer skips the other warpgroup's units in the ring.
-template <int kStages>
-__device__ __forceinline__ void skip_unit(RingPos<kStages>& pos, const GemmUnit& unit) {
-  const int stage = pos.stage + (unit.k_end - unit.k_begin);
-  pos.phase ^= uint32_t(stage / kStages) & 1u;
-  pos.stage = stage % kStages;
-}
 
 // A consumer warp's lane 0 frees a stage: in a cluster, in every CTA (each one's producer writes it).
 template <class C>
@@ -147,12 +139,7 @@ __device__ __forceinline__ bool last_split_arrived(const GemmParams& p, int u) {
   return true;
 }
 
-// Named barriers of the two consumers' turns (0 is __syncthreads, 1 last_split_arrived's): kTurnBar + cw
-// opens consumer cw's turn.
-constexpr int kTurnBar = 2;
-
-// Consumer warpgroup `cw`: rows 64·cw .. 64·cw + 63 of each tile, or (ping-pong) the CTA's units
-// cw, cw + 2, ... of its walk, whole.
+// Consumer warpgroup `cw` (rows 64·cw .. 64·cw + 63 of each tile).
 template <class C>
 __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
   using Acc = typename C::Operand::Acc;
@@ -162,19 +149,15 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
   const float tensor = tensor_scale(p.epilogue);
   // K-major operands, 128-byte swizzle: 8-row groups 1024 bytes apart.
-  const int row_offset = C::kPingpong ? 0 : cw * 64;  // of this warpgroup's rows in the tile
-  const uint64_t a_desc0 = sw128_desc(smem + C::kOffA + row_offset * 128, 0, 1024);
+  const uint64_t a_desc0 = sw128_desc(smem + C::kOffA + cw * 64 * 128, 0, 1024);
   const uint64_t b_desc0 = sw128_desc(smem + C::kOffB, 0, 1024);
   Acc acc[kAcc];  // (64, kBlockN) of the tile, wgmma's accumulator layout
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
   RingPos<C::kStages> pos;
-  [[maybe_unused]] bool first_turn = true;  // consumer 0 before its first turn (take_turns below)
-  const int stride = C::kPingpong ? 2 * walk.stride : walk.stride;
-  for (int u = walk.first + (C::kPingpong ? cw * walk.stride : 0); u < walk.count; u += stride) {
-    if (C::kPingpong && u - walk.stride >= walk.first) skip_unit(pos, walk.unit(p, u - walk.stride));
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
     const GemmUnit unit = walk.unit(p, u);
-    const int row0 = unit.m_block * C::kBlockM + row_offset;
+    const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {
       const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
       float part[kAcc];  // the products since the last promotion, promoted into acc
@@ -184,25 +167,14 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       // The one-consumer (small-M) kernel promotes every stage: the weights' read sets its time, and
       // the runs' loop state spilled its 255 registers.
       const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
-      // Two consumers promoting every stage (block scales) take turns at issuing a stage's MMAs
-      // (CUTLASS's OrderedSequenceBarrier): released together by one full barrier, they would finish
-      // their MMAs together and promote together while the tensor cores idle; in turns, one promotes
-      // while the other's MMAs run. Consumer 0 takes the first turn; consumer 1 passes none after its
-      // last. Runs of several stages (per-tensor scales) do not: one consumer would lag the other by a
-      // run, holding the ring's stages.
-      const bool take_turns = C::kConsumers > 1 && promote_blocks == 1;
-      const bool last_unit = u + walk.stride >= walk.count;
       for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
         const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
         int in_flight = -1;
         float2 s = make_float2(1.f, 1.f);
         for (int kb = kb0; kb < kb_end; ++kb) {
           mbar_wait(bars.full(pos.stage), pos.phase);
-          if (take_turns && !(cw == 0 && first_turn)) named_sync(kTurnBar + cw, 256);
-          first_turn = false;
           issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
                          desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
-          if (take_turns && !(cw == 1 && last_unit && kb == unit.k_end - 1)) named_arrive(kTurnBar + 1 - cw, 256);
           // The scales' loads go out while the MMAs run, not after the wait (an L2 round trip per
           // stage). Block scales promote every stage, so the run's last stage's are the run's.
           s = stage_scales(p, r, unit.n_block, kb);

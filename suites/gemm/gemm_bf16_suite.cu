@@ -146,36 +146,23 @@ class CublasLtGemm : public Instance {
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                                   std::function<Metrics(const Problem&)> extra_of) {
-  // A rung of the core: `note`, and the plan options and split reduction it runs with.
-  auto rung = [&](const char* name, const std::string& note, kernels::gemm::SplitReduce reduce,
-                  kernels::gemm::PlanOptions options) {
-    auto prepare = [args_of, extra_of, reduce, options](const Problem& p, const Case&,
-                                                        cudaStream_t s) -> std::unique_ptr<Instance> {
+  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options) {
+    return [args_of, extra_of, reduce, options](const Problem& p, const Case&,
+                                                cudaStream_t s) -> std::unique_ptr<Instance> {
       return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options);
     };
-    return Impl{name, Role::ours, note, unsupported, prepare, "weights"};
   };
-  using kernels::gemm::SplitReduce;
-  // PlanOptions {clusters, stream, block_scales, pingpong}; ours streams at M <= 64, the others keep split-K tiles.
-  const kernels::gemm::PlanOptions streaming, single{false, false}, clusters{true, false}, pingpong{false, false, false, true},
-      pingpong_clusters{true, false, false, true};
-  return {rung("ours", ours_note, SplitReduce::kernel, streaming),
-          rung("ours_v2",
-               "ours with the split-K wgmma tiles at M <= 64 too (no streaming kernel); split-K partials summed by "
-               "each tile's last split inside the GEMM kernel (an arrival counter per tile): no second launch",
-               SplitReduce::last_split, single),
-          rung("ours_v2_cluster",
-               "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
-               "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
-               SplitReduce::last_split, clusters),
-          rung("ours_v3_pingpong",
-               "ours_v2 + ping-pong where bf16 takes 128x256 tiles: 64x256 tiles, each whole to one of the two "
-               "consumer warpgroups, so one's epilogue runs under the other's MMAs; elsewhere runs ours_v2",
-               SplitReduce::last_split, pingpong),
-          rung("ours_v3_pingpong_cluster",
-               "ours_v3_pingpong + ours_v2_cluster's 2-CTA clusters along M (W multicast: per stage a CTA reads 24 KB "
-               "from L2, ours_v2's rate per FLOP, where unclustered 64x256 tiles read 40 KB)",
-               SplitReduce::last_split, pingpong_clusters)};
+  const kernels::gemm::PlanOptions streaming, single{false, false}, clusters{true, false};
+  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming),
+           "weights"},
+          {"ours_v2", Role::ours,
+           "ours with the split-K wgmma tiles at M <= 64 too (no streaming kernel); split-K partials summed by each "
+           "tile's last split inside the GEMM kernel (an arrival counter per tile): no second launch",
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, single), "weights"},
+          {"ours_v2_cluster", Role::ours,
+           "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
+           "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, clusters), "weights"}};
 }
 
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,

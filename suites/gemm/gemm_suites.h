@@ -46,9 +46,8 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 // The core's rungs for a GEMM op, on the args `args_of` gives for a problem, held to the ReadBound
 // "weights": `ours` (`ours_note`; M <= 64: the weight-streaming kernel where it takes the operands,
 // else split-K partials summed by a second kernel), `ours_v2` (split-K tiles at every small M, summed
-// by each tile's last split inside the GEMM kernel: no second launch), `ours_v2_cluster` (ours_v2
-// with the planner's 2-CTA clusters along M), `ours_v3_pingpong` (ours_v2 with bf16's 128x256 tiles
-// as 64x256 ping-pong tiles) and `ours_v3_pingpong_cluster` (both). Metrics: `extra_of`'s, if any, then the plan
+// by each tile's last split inside the GEMM kernel: no second launch) and `ours_v2_cluster` (ours_v2
+// with the planner's 2-CTA clusters along M). Metrics: `extra_of`'s, if any, then the plan
 // (plan_tile_m, plan_tile_n, plan_splits, plan_units, plan_grid, plan_cluster).
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,

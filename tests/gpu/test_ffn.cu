@@ -108,8 +108,8 @@ TEST_F(GpuTest, FfnInterleavesGateAndUpInGroupsOfEight) {
   }
 }
 
-// Decode streams both GEMMs' weights (one launch each, no K split), and our rows report the gate|up
-// tensor they never wrote.
+// Decode streams both GEMMs' weights (one launch each: plan_splits counts a strip's K stages of
+// kStreamStageBlocks 128-byte blocks, not launches), and our rows report the gate|up tensor they never wrote.
 TEST_F(GpuTest, FfnDecodePlanStreamsAndReportsTheSavedIntermediate) {
   const Case c = make_case("ffn", ffn_params({1, 4096, 11008, "swiglu", "bf16", 1}), DType::bf16);
   const OpDef* op = builtin_registry().find("ffn");
@@ -124,7 +124,7 @@ TEST_F(GpuTest, FfnDecodePlanStreamsAndReportsTheSavedIntermediate) {
   }
   EXPECT_EQ(up_tile_n, kernels::gemm::kStreamRows);  // 16-row strips of W, whole K
   EXPECT_EQ(down_tile_n, kernels::gemm::kStreamRows);
-  EXPECT_EQ(down_splits, 1);
+  EXPECT_EQ(down_splits, (11008 * 2 + 128 * kernels::gemm::kStreamStageBlocks - 1) / (128 * kernels::gemm::kStreamStageBlocks));
   EXPECT_EQ(saved, 2.0 * 11008 * 2);
 }
 

@@ -60,7 +60,6 @@ std::vector<GemmCase> gemm_cases() {
        {256, 16896, 64}},  // clusters at their smallest: 2 x 66 tiles of 128x256, one K block
       {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere; clusters: 8 M tiles paired
        {1100, 4900, 1032},  // clusters: 9 M tiles padded to 10, the last W tile's second half wholly past N
-       {1050, 4999, 1032},  // ping-pong: 17 tiles of 64 rows (padded to 18 in clusters), N odd, 3 or 2 units per CTA
        {2048, 4096, 4096}});
 }
 
@@ -73,8 +72,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  const std::vector<std::string> impls = {"cublaslt",         "ours",    "ours_v2", "ours_v2_cluster", "ours_v3_pingpong",
-                                          "ours_v3_pingpong_cluster", "cutlass"};
+  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
@@ -150,9 +148,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
   const bool int8 = scheme == "int8";
   const Case c = make_case(int8 ? "gemm_int8" : "gemm_fp8",
                            gemm_params(shape, int8 ? "" : scheme == "fp8_block" ? "block" : "tensor"), DType::bf16);
-  // The ping-pong rungs run ours_v2's plans here (ping-pong is bf16's): checked all the same.
-  std::vector<std::string> impls{"cublaslt",         "ours",    "ours_v2", "ours_v2_cluster", "ours_v3_pingpong",
-                                 "ours_v3_pingpong_cluster", "cutlass"};
+  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
@@ -257,23 +253,6 @@ TEST_F(GpuTest, GemmClusterRungPairsMTilesAtLargeM) {
   EXPECT_EQ(plan_cluster("gemm_fp8", {1100, 4900, 1024}, "tensor"), 2);
   EXPECT_EQ(plan_cluster("gemm_int8", {1000, 5000, 1024}, ""), 2);
   EXPECT_EQ(plan_cluster("gemm_bf16", {17, 1000, 1032}, ""), 1);
-}
-
-// The ping-pong rungs run 64x256 tiles where bf16 takes 128x256 (every shape above of that plan then
-// checks the ping-pong consumers), in clusters with M tiles padded to pairs; the plans of other ops
-// and shapes are ours_v2's.
-TEST_F(GpuTest, GemmPingpongRungsTakeBf16WideTiles) {
-  auto metric = [&](const std::string& op, GemmCase g, const std::string& impl, const std::string& name) {
-    return prepared_metric(stream, make_case(op, gemm_params(g, op == "gemm_fp8" ? "tensor" : ""), DType::bf16),
-                           impl, name);
-  };
-  EXPECT_EQ(metric("gemm_bf16", {1050, 4999, 1032}, "ours_v3_pingpong", "plan_tile_m"), 64);
-  EXPECT_EQ(metric("gemm_bf16", {1050, 4999, 1032}, "ours_v3_pingpong", "plan_tile_n"), 256);
-  EXPECT_EQ(metric("gemm_bf16", {1050, 4999, 1032}, "ours_v3_pingpong", "plan_cluster"), 1);
-  EXPECT_EQ(metric("gemm_bf16", {1050, 4999, 1032}, "ours_v3_pingpong_cluster", "plan_cluster"), 2);
-  EXPECT_EQ(metric("gemm_bf16", {200, 999, 520}, "ours_v3_pingpong", "plan_tile_m"), 128);
-  EXPECT_EQ(metric("gemm_fp8", {1100, 4900, 1024}, "ours_v3_pingpong", "plan_tile_m"), 128);
-  EXPECT_EQ(metric("gemm_int8", {1000, 5000, 1024}, "ours_v3_pingpong", "plan_tile_m"), 128);
 }
 
 // The quantize ops: both impls' dequantized codes within the codes' rounding of x, on one token,

@@ -146,31 +146,6 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   EXPECT_EQ(p.operands, Operands::e4m3);
 }
 
-TEST(GemmPlan, PingpongSplitsBf16WideTilesIntoHalves) {
-  using kernels::gemm::Operands;
-  // {clusters, stream, block_scales, pingpong}
-  const kernels::gemm::PlanOptions pingpong{false, false, false, true}, both{true, false, false, true};
-  // 7B O at M = 2048: 32 x 16 tiles of 64x256, raster group 16 (1024 rows, as 8 of 128).
-  const GemmPlan p = plan_gemm(2048, 4096, 4096, kH100Sms, Operands::bf16, pingpong);
-  EXPECT_EQ(p.tile, TileShape::m64n256_pingpong);
-  EXPECT_EQ(p.m_tiles, 32);
-  EXPECT_EQ(p.n_tiles, 16);
-  EXPECT_EQ(p.group, 16);
-  EXPECT_EQ(p.cluster_m, 1);
-  EXPECT_EQ(p.grid(kH100Sms), 132);
-  EXPECT_NE(p.describe().find("64x256 ping-pong"), std::string::npos) << p.describe();
-  // 17 tiles of 64 rows pair into 9 clusters.
-  const GemmPlan odd = plan_gemm(1050, 4999, 1032, kH100Sms, Operands::bf16, both);
-  EXPECT_EQ(odd.tile, TileShape::m64n256_pingpong);
-  EXPECT_EQ(odd.cluster_m, 2);
-  EXPECT_EQ(odd.m_tiles, 18);
-  // Only where bf16 takes 128x256 tiles: not 128x128, not the split plans, not FP8 or INT8.
-  EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, pingpong).tile, TileShape::m128n128);
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, pingpong).tile, TileShape::m64n128);
-  EXPECT_EQ(plan_gemm(2048, 4096, 4096, kH100Sms, Operands::s8, pingpong).tile, TileShape::m128n256);
-  EXPECT_EQ(plan_gemm(2048, 4096, 4096, kH100Sms, Operands::e4m3, pingpong).tile, TileShape::m128n128);
-}
-
 TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   using kernels::gemm::Operands;
   const kernels::gemm::PlanOptions clusters{true};
