@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "baselines/flashinfer/flashinfer_activation.h"
-#include "baselines/norm/norm_unfused.h"
 #include "harness/cublaslt_matmul.h"
 #include "harness/cuda_check.h"
 #include "harness/peaks.h"
@@ -338,10 +337,8 @@ class CoreFfn : public Instance {
 // The unfused FFN on cuBLASLt: the first GEMM (gate|up over the concatenated weight into [M, 2·ffn]
 // bf16, or FC1 with cuBLASLt's GELU_BIAS epilogue straight into h), the SiLU·mul kernel (ours in
 // kernels/ffn/activation.h, or FlashInfer's), then the second GEMM with the residual added by
-// cuBLASLt as C with beta = 1 (and b2 by its BIAS epilogue). FP8: cuBLASLt refuses a bf16 C at beta = 1
-// on E4M3 operands (CUBLAS_STATUS_NOT_SUPPORTED on the H100), so the residual is a separate add kernel
-// after the down GEMM, as a framework would run it. Each GEMM the fastest of its heuristic's first 8
-// candidates, timed hot at prepare.
+// cuBLASLt as C with beta = 1 (and b2 by its BIAS epilogue). Each GEMM the fastest of its heuristic's
+// first 8 candidates, timed hot at prepare.
 class CublasLtFfn : public Instance {
  public:
   enum class SiluMul { ours, flashinfer };
@@ -369,8 +366,6 @@ class CublasLtFfn : public Instance {
       up_.run_chosen(p_.lt_w_in(), p_.lt_x(), h_.get(), workspace_.get(), s);
     }
     down_.run_chosen(p_.lt_w_out(), h_.get(), p_.y->data, workspace_.get(), s);
-    if (residual_apart())
-      baselines::residual_add(p_.y->data, p_.residual_or_null(), p_.y->data, shape.m * shape.hidden, DType::bf16, s);
   }
   size_t workspace_bytes() const override { return workspace_.bytes() + h_.bytes() + gate_up_.bytes(); }
   PlanChoice plan_choice() const override {
@@ -410,10 +405,9 @@ class CublasLtFfn : public Instance {
       spec.epilogue = CUBLASLT_EPILOGUE_BIAS;
       spec.bias = p.bias_out();
     }
-    if (!p.shape.fp8) spec.c = p.residual_or_null();
+    spec.c = p.residual_or_null();
     return spec;
   }
-  bool residual_apart() const { return p_.shape.fp8 && p_.shape.residual; }
 
   const FfnProblem& p_;
   SiluMul silu_mul_;
@@ -463,8 +457,7 @@ void register_ffn(Registry& registry) {
   op.impls.push_back(
       {"cublaslt", Role::baseline,
        "unfused: cuBLASLt gate|up GEMM over the concatenated weight into [M, 2 ffn] bf16, our SiLU*mul kernel "
-       "(kernels/ffn/activation.h; FP8: it writes h's E4M3 codes), cuBLASLt down with the residual as C, beta = 1 "
-       "(FP8: a separate residual add, since cuBLASLt refuses a bf16 C there); "
+       "(kernels/ffn/activation.h; FP8: it writes h's E4M3 codes), cuBLASLt down with the residual as C, beta = 1; "
        "GELU: cuBLASLt's GELU_BIAS epilogue, then its BIAS epilogue; each GEMM the fastest of 8",
        nullptr,
        [](const Problem& p, const Case&, cudaStream_t s) {
