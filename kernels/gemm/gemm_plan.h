@@ -55,7 +55,10 @@ struct GemmPlan {
 // problem beyond its shape decides the kernel.
 struct PlanOptions {
   bool clusters = false;      // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
-  bool stream = true;         // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles)
+  // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles). Opt-in: on the H100
+  // (session 13) it lost to the split-K tiles at M = 1, 16, 64 (7B O: 27.0 / 33.6 / 74.8 µs against 26.6 /
+  // 27.6 / 28.6) and in the 7B FFN; the rung `ours_v3_stream` keeps it measured.
+  bool stream = false;
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
 };
 

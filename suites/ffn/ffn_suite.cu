@@ -481,8 +481,8 @@ void register_ffn(Registry& registry) {
   op.impls.push_back(
       {"ours", Role::ours,
        "the sm90 GEMM core twice: gate|up over an interleaved weight whose epilogue writes SiLU(g)*u (FP8: its "
-       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; M <= 64: "
-       "the weight-streaming kernel for both (each weight byte read once, the activation in its epilogue)",
+       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; small M: "
+       "split-K tiles, partials summed (and the activation applied) by a second kernel",
        unsupported,
        [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
          return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{},
@@ -490,8 +490,18 @@ void register_ffn(Registry& registry) {
        },
        "weights"});
   op.impls.push_back(
+      {"ours_v3_stream", Role::ours,
+       "ours + the weight-streaming kernel for both GEMMs at M <= 64 (each weight byte read once, the activation "
+       "in its epilogue, one launch per GEMM)",
+       unsupported,
+       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel,
+                                          kernels::gemm::PlanOptions{false, true}, s);
+       },
+       "weights"});
+  op.impls.push_back(
       {"ours_v2", Role::ours,
-       "ours with split-K wgmma tiles at small M (no streaming kernel); split-K partials summed (and the "
+       "ours; split-K partials summed (and the "
        "activation applied) by each tile's last split inside the GEMM kernel: one launch per GEMM",
        unsupported,
        [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {

@@ -152,8 +152,8 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
       return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options);
     };
   };
-  const kernels::gemm::PlanOptions streaming, single{false, false}, clusters{true, false};
-  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming),
+  const kernels::gemm::PlanOptions single, streaming{false, true}, clusters{true, false};
+  return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, single),
            "weights"},
           {"ours_v2", Role::ours,
            "ours with the split-K wgmma tiles at M <= 64 too (no streaming kernel); split-K partials summed by each "
@@ -162,7 +162,11 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
           {"ours_v2_cluster", Role::ours,
            "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
            "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
-           unsupported, prepare(kernels::gemm::SplitReduce::last_split, clusters), "weights"}};
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, clusters), "weights"},
+          {"ours_v3_stream", Role::ours,
+           "ours + the weight-streaming kernel at M <= 64 where it takes the operands (bf16, FP8 per-tensor): 16-row "
+           "strips of W through an 8-stage TMA ring into mma.sync, one launch; elsewhere runs ours",
+           unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming), "weights"}};
 }
 
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,

@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FfnGpu, ::testing::ValuesIn(ffn_cases()), [](co
 TEST_P(FfnGpu, MatchesTheReference) {
   const FfnCase& f = GetParam();
   const Case c = make_case("ffn", ffn_params(f), DType::bf16);
-  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2"};
+  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v3_stream"};
   if (f.act == "swiglu" && f.precision == "bf16") impls.push_back("flashinfer");
   expect_impls_pass(*this, c, impls, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
@@ -114,7 +114,7 @@ TEST_F(GpuTest, FfnDecodePlanStreamsAndReportsTheSavedIntermediate) {
   const Case c = make_case("ffn", ffn_params({1, 4096, 11008, "swiglu", "bf16", 1}), DType::bf16);
   const OpDef* op = builtin_registry().find("ffn");
   auto problem = op->make_problem(c, 1, stream);
-  auto inst = op->find_impl("ours")->prepare(*problem, c, stream);
+  auto inst = op->find_impl("ours_v3_stream")->prepare(*problem, c, stream);
   double up_tile_n = 0, down_tile_n = 0, down_splits = 0, saved = 0;
   for (auto& [name, value] : inst->metrics()) {
     if (name == "plan_up_tile_n") up_tile_n = value;

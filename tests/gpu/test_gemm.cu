@@ -72,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
+  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
@@ -111,13 +111,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmStreamGpu, ::testing::ValuesIn(stream_cases
 TEST_P(GemmStreamGpu, MatchesTheReference) {
   const StreamCase& g = GetParam();
   const Case c = make_case(g.op, gemm_params({g.m, g.n, g.k}, g.op == "gemm_fp8" ? "tensor" : ""), DType::bf16);
-  EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_n"), kernels::gemm::kStreamRows);
-  expect_impls_pass(*this, c, {"ours"}, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
+  EXPECT_EQ(prepared_metric(stream, c, "ours_v3_stream", "plan_tile_n"), kernels::gemm::kStreamRows);
+  expect_impls_pass(*this, c, {"ours_v3_stream"}, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
 // Repeated launches of one prepared instance (the barriers' phases start over in each launch).
 TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
-  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours", 3, 5);
+  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours_v3_stream", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.
@@ -148,7 +148,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
   const bool int8 = scheme == "int8";
   const Case c = make_case(int8 ? "gemm_int8" : "gemm_fp8",
                            gemm_params(shape, int8 ? "" : scheme == "fp8_block" ? "block" : "tensor"), DType::bf16);
-  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "cutlass"};
+  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }

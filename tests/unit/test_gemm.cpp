@@ -26,15 +26,15 @@ using kernels::gemm::TileShape;
 using kernels::gemm::wave_efficiency;
 
 constexpr int kH100Sms = 132;
-// The split-K wgmma plan at small M (the rungs ours_v2 and ours_v2_cluster; `ours` streams).
-constexpr kernels::gemm::PlanOptions kSplitK{false, false};
+// The split-K wgmma plan at small M (the default), and the streaming kernel (the rung ours_v3_stream).
+constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true};
 
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
   using kernels::gemm::PlanOptions;
   // 7B O at M = 1: 256 strips of 16 rows, K (64 blocks of 128 bytes) in 8 stages: 2048 units on 132
   // CTAs, 15 or 16 each (a whole strip would leave 8 CTAs with half the others' bytes).
-  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms);
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(p.tile, TileShape::stream);
   EXPECT_EQ(p.splits, 8);
   EXPECT_EQ(p.n_tiles, 256);
@@ -44,28 +44,29 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_NE(p.describe().find("256 strips of 16 rows x 8 K stages"), std::string::npos) << p.describe();
   // FP8: 32 blocks of 128 bytes, 4 stages. 7B gate+up (22016 rows): 1376 strips x 8 stages, 83-84 units
   // a CTA (whole strips would be 10 or 11: 95% of the time busy, not 99%).
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3).splits, 4);
-  EXPECT_EQ(plan_gemm(1, 22016, 4096, kH100Sms).units(), 1376 * 8);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kStream).splits, 4);
+  EXPECT_EQ(plan_gemm(1, 22016, 4096, kH100Sms, Operands::bf16, kStream).units(), 1376 * 8);
   // K of 172 blocks (7B down, 11008 bf16): 22 stages of at most 8 blocks.
-  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms).splits, 22);
+  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).splits, 22);
   // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 63 strips (the last
   // one 8 rows) x 3 stages (17 blocks: 6, 6, 5) = 189 units on 132 CTAs.
   for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
-    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms).tile, TileShape::stream) << m;
-    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3).tile, TileShape::stream) << m;
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream) << m;
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3, kStream).tile, TileShape::stream) << m;
   }
-  const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms);
+  const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(small_n.n_tiles, 63);
   EXPECT_EQ(small_n.splits, 3);
   EXPECT_EQ(small_n.grid(kH100Sms), 132);
-  EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms).grid(kH100Sms), 1);  // one strip, one stage
+  EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
   // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
-  EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms).tile, TileShape::stream);
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8).tile, TileShape::m64n128);
-  PlanOptions block;
+  EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8, kStream).tile, TileShape::m64n128);
+  PlanOptions block = kStream;
   block.block_scales = true;
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, block).tile, TileShape::m64n128);
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kSplitK).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms).tile, TileShape::m64n128);  // off by default
   EXPECT_TRUE(kernels::gemm::stream_takes(Operands::e4m3, false));
   EXPECT_FALSE(kernels::gemm::stream_takes(Operands::e4m3, true));
   EXPECT_FALSE(kernels::gemm::stream_takes(Operands::s8, false));
