@@ -19,6 +19,7 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/decode_plan.h"
 #include "kernels/attention/decode_variants.cuh"
+#include "kernels/sm90/pdl.h"
 #include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels {
@@ -140,7 +141,7 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
                        ? dim3(unsigned(plan.splits), unsigned(plan.row_blocks), unsigned(kv.batch * kv.kv_heads))
                        : dim3(unsigned(plan.work.size()));
   dispatch_kernel(plan, kv.dtype,
-                  [&](auto* kernel, size_t smem, int threads) { kernel<<<grid, threads, smem, stream>>>(p); });
+                  [&](auto* kernel, size_t smem, int threads) { launch_kernel(kernel, grid, threads, smem, stream, p); });
   CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,8 @@
 #include "harness/cuda_check.h"
 #include "kernels/gemm/quantize.cuh"
 #include "kernels/gemm/sm90_gemm_epilogue.cuh"
+#include "kernels/sm90/pdl.cuh"
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels::ffn {
 
@@ -30,6 +32,7 @@ __device__ __forceinline__ void store_vec(T* dst, const T (&v)[kVec]) {
 template <int kVec>
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, int64_t m, int64_t ffn, void* h,
                                 const float* h_scale) {
+  pdl_begin();
   const int64_t vecs_per_row = ffn / kVec, total = m * vecs_per_row;
   const float inv_scale = h_scale ? 1.f / *h_scale : 1.f;
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {
@@ -64,8 +67,8 @@ void launch_silu_mul(const void* gate_up, int64_t m, int64_t ffn, void* h, const
                      cudaStream_t stream) {
   const int64_t total = m * ffn / kVec;
   const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(current_device_sm_count()) * 16));
-  silu_mul_kernel<kVec><<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate_up), m, ffn, h, h_scale);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(silu_mul_kernel<kVec>, blocks, 256, 0, stream, static_cast<const __nv_bfloat16*>(gate_up), m, ffn, h,
+                h_scale);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_mainloop.cuh"
 #include "kernels/gemm/sm90_gemm_stream.cuh"
+#include "kernels/sm90/pdl.cuh"
+#include "kernels/sm90/pdl.h"
 #include "kernels/sm90/sm90_device.h"
 #include "kernels/sm90/tma_map.h"
 
@@ -58,6 +60,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
 // y[r, c] = epilogue(Σ_split partial[split, r, c]): the second kernel of a split-K launch (small M:
 // M·N·splits fp32 values, small beside the weights the splits streamed).
 __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
+  pdl_begin();
   const int64_t total = int64_t(p.m) * p.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float sum = 0;
@@ -72,6 +75,7 @@ __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
 // (gate column 2·kGatedGroup·(c / kGatedGroup) + c % kGatedGroup, its up column kGatedGroup further):
 // the pair is complete only after the sum, so the activation runs here, not in the splits.
 __global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p) {
+  pdl_begin();
   const Epilogue& e = p.epilogue;
   const int64_t total = int64_t(p.m) * e.gated_cols, split_stride = int64_t(p.m) * p.n;
   const float tensor = tensor_scale(e), inv_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
@@ -99,24 +103,24 @@ CUtensorMap operand_map(const char* what, const void* ptr, Operands operands, in
 }
 
 // A launch of config C: a kernel attribute and, for clusters, the cluster shape (config points at
-// `cluster`: not copied).
+// `attrs`: not copied); room for the PDL attribute after it (launch_config).
 template <class C>
 struct ConfigLaunch {
-  cudaLaunchAttribute cluster{};
+  cudaLaunchAttribute attrs[2]{};
   cudaLaunchConfig_t config{};
   ConfigLaunch(const ConfigLaunch&) = delete;
   ConfigLaunch& operator=(const ConfigLaunch&) = delete;
   ConfigLaunch(int grid, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = C::kClusterM;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = C::kClusterM;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
     config.gridDim = dim3(grid);
     config.blockDim = dim3(C::kThreads);
     config.dynamicSmemBytes = C::kSmemBytes;
     config.stream = stream;
-    config.attrs = &cluster;
+    config.attrs = attrs;
     config.numAttrs = C::kClusterM > 1 ? 1 : 0;
   }
 };
@@ -145,6 +149,7 @@ int persistent_grid(const GemmPlan& plan) {
 template <class C>
 void launch_config(const GemmLaunch& l, cudaStream_t stream) {
   ConfigLaunch<C> launch(l.grid, stream);
+  launch.config.numAttrs = add_pdl_attribute(launch.attrs, launch.config.numAttrs);
   CUDA_CHECK(cudaLaunchKernelEx(&launch.config, gemm_kernel<C>, l.params));
 }
 
@@ -335,11 +340,7 @@ void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
     const bool gated = l.params.epilogue.activation == Activation::silu_gated;
     const int64_t total = int64_t(l.params.m) * (gated ? l.params.epilogue.gated_cols : l.params.n);
     const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
-    if (gated)
-      splitk_reduce_gated_kernel<<<blocks, 256, 0, stream>>>(l.params);
-    else
-      splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(l.params);
-    CUDA_CHECK_LAUNCH();
+    launch_kernel(gated ? splitk_reduce_gated_kernel : splitk_reduce_kernel, blocks, 256, 0, stream, l.params);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/gemm/gemm_schedule.h"
 #include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_epilogue.cuh"
+#include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels::gemm {
@@ -69,31 +70,55 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar) {
   }
 }
 
+// Calls f(unit, kb) for each K block this CTA's producer loads, in ring order, while f returns true.
+template <class C, class F>
+__device__ __forceinline__ void for_each_stage(const GemmParams& p, const GemmWalk<C>& walk, F&& f) {
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
+    const GemmUnit unit = walk.unit(p, u);
+    for (int kb = unit.k_begin; kb < unit.k_end; ++kb)
+      if (!f(unit, kb)) return;
+  }
+}
+
+// W is a layer's weights, which no kernel of the stream writes: the first ring of its stages is
+// requested before pdl_wait, so that under PDL (kernels/sm90/pdl.h) it streams while the kernel before
+// finishes; A (the activations) and everything after the first ring only once that kernel is done.
 template <class C>
 __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   const GemmBars<C> bars{smem + C::kOffBar};
   const GemmWalk<C> walk(p);
+  // (kBlockN / kClusterM, kBlockK) of W: this CTA's share of the tile. In a cluster the stage is free
+  // in every CTA (the empty barrier counts all their consumers), and this CTA's full barrier expects
+  // the whole stage: its A, and W from every producer.
+  auto load_b = [&](const GemmUnit& unit, int kb, int stage) {
+    mbar_arrive_expect_tx(bars.full(stage), C::kStageBytes);
+    const int k0 = kb * C::Operand::kBlockK;
+    const uint32_t b_dst = smem + C::kOffB + stage * C::kBBytes + walk.rank * C::kBBytesPerCta;
+    const int b_row = unit.n_block * C::kBlockN + walk.rank * C::kBRowsPerCta;
+    if constexpr (C::kClusterM > 1)
+      tma_load_2d_multicast(b_dst, &p.tma_b, bars.full(stage), k0, b_row, (1u << C::kClusterM) - 1);
+    else
+      tma_load_2d(b_dst, &p.tma_b, bars.full(stage), k0, b_row);
+  };
+  int ahead = 0;  // stages of the first ring whose W went out before the wait (a fresh ring is free)
+  for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
+    if (ahead == C::kStages) return false;
+    load_b(unit, kb, ahead++);
+    return true;
+  });
+  pdl_begin();
   RingPos<C::kStages> pos;
-  for (int u = walk.first; u < walk.count; u += walk.stride) {
-    const GemmUnit unit = walk.unit(p, u);
-    for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
-      // In a cluster the stage is free in every CTA (the empty barrier counts all their consumers), and
-      // this CTA's full barrier expects the whole stage: its A, and W from every producer.
+  int i = 0;
+  for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
+    if (i++ >= ahead) {
       mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
-      mbar_arrive_expect_tx(bars.full(pos.stage), C::kStageBytes);
-      const int k0 = kb * C::Operand::kBlockK;
-      tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), k0,
-                  unit.m_block * C::kBlockM);
-      // (kBlockN / kClusterM, kBlockK) of W: this CTA's share of the tile
-      const uint32_t b_dst = smem + C::kOffB + pos.stage * C::kBBytes + walk.rank * C::kBBytesPerCta;
-      const int b_row = unit.n_block * C::kBlockN + walk.rank * C::kBRowsPerCta;
-      if constexpr (C::kClusterM > 1)
-        tma_load_2d_multicast(b_dst, &p.tma_b, bars.full(pos.stage), k0, b_row, (1u << C::kClusterM) - 1);
-      else
-        tma_load_2d(b_dst, &p.tma_b, bars.full(pos.stage), k0, b_row);
-      pos.advance();
+      load_b(unit, kb, pos.stage);
     }
-  }
+    tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), kb * C::Operand::kBlockK,
+                unit.m_block * C::kBlockM);
+    pos.advance();
+    return true;
+  });
 }
 
 // One stage's 4 wgmma (K steps of 32 bytes inside the swizzled rows) into `d`, as one group; the
@@ -144,6 +169,7 @@ template <class C>
 __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
   using Acc = typename C::Operand::Acc;
   constexpr int kAcc = C::kBlockN / 2;
+  pdl_begin();  // the epilogue reads the residual and scales, and writes y, after the kernel before
   const GemmBars<C> bars{smem + C::kOffBar};
   const GemmWalk<C> walk(p);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;

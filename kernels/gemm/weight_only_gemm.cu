@@ -10,6 +10,8 @@
 #include "harness/cuda_check.h"
 #include "kernels/gemm/quantize.cuh"
 #include "kernels/gemm/weight_only_plan.h"
+#include "kernels/sm90/pdl.cuh"
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels::gemm {
 
@@ -329,6 +331,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
   PackedRowGroupParams batch_params[2];
   load_batch(c_begin, batch[0]);
   batch_params[0] = load_group_params(c_begin);
+  // The weights and their scales are no kernel's output: the first batch goes out before the wait for
+  // the kernel before (PDL, kernels/sm90/pdl.h); x, and every store, after it.
+  pdl_begin();
   for (int c0 = c_begin; c0 < c_end; c0 += 2 * kUnroll) {
     load_batch(c0 + kUnroll, batch[1]);
     batch_params[1] = load_group_params(c0 + kUnroll);
@@ -546,8 +551,7 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
   const DecodeParams p = decode_params(args, plan, workspace);
   const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
                   unsigned(p.splits));
-  decode_kernel_for(args)<<<grid, kDecodeWarps * 32, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(decode_kernel_for(args), grid, kDecodeWarps * 32, 0, stream, p);
 }
 
 int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args) {

@@ -8,6 +8,8 @@
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/llama/rope.h"
+#include "kernels/sm90/pdl.cuh"
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels {
 
@@ -74,6 +76,7 @@ template <class T, int kVec, class KvOut>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions, T* q, KvOut kv_out, int heads,
                 int kv_heads, int head_dim, const InvFreqs inv_freqs) {
+  pdl_begin();
   using Vec = Pack<T, kVec>;
   const int64_t token = blockIdx.x;
   const int half = head_dim / 2, vecs = half / kVec, row_heads = heads + 2 * kv_heads;
@@ -130,7 +133,7 @@ void launch_rope(const void* qkv, const int32_t* positions, void* q, const RopeS
       const int64_t wanted_threads = int64_t(2) * current_device_sm_count() * 2048;
       const int64_t splits = std::min<int64_t>((row_heads + lanes - 1) / lanes,
                                                std::max<int64_t>(1, wanted_threads / (s.tokens * block.x)));
-      kernel<<<dim3(unsigned(s.tokens), unsigned(splits)), block, 0, stream>>>(
+      launch_kernel(kernel, dim3(unsigned(s.tokens), unsigned(splits)), block, 0, stream,
           static_cast<const T*>(qkv), positions, static_cast<T*>(q), kv_out_of(tag), s.heads, s.kv_heads, s.head_dim,
           inv_freqs);
     };

@@ -1,6 +1,7 @@
 #include "harness/cuda_check.h"
 #include "kernels/norm/norm.cuh"
 #include "kernels/norm/norm.h"
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels {
 
@@ -47,7 +48,7 @@ void launch_norm(const void* x, const void* residual, const void* w, const void*
     }
     dispatch_row_tiling<2, 4, 8>(tiling, [&](auto vec, auto vpt) {
       constexpr int kVec = decltype(vec)::value, kVpt = decltype(vpt)::value;
-      norm_kernel<T, kVec, kVpt, kKind><<<unsigned(rows), tiling.threads, 0, stream>>>(args);
+      launch_kernel(norm_kernel<T, kVec, kVpt, kKind>, unsigned(rows), tiling.threads, 0, stream, args);
     });
   });
   CUDA_CHECK_LAUNCH();

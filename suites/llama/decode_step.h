@@ -150,6 +150,8 @@ std::string weight_only_layers_unsupported(const LlamaShape& m, int64_t rows);
 std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+// ours with every kernel launched under programmatic dependent launch (kernels/sm90/pdl.h).
+std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 // Why ours cannot compose a decode_step case ("" if it can).
 std::string ours_step_unsupported(const Case& c);
 

@@ -24,6 +24,7 @@
 #include "kernels/ffn/activation.h"
 #include "kernels/llama/rope.h"
 #include "kernels/norm/norm.h"
+#include "kernels/sm90/pdl.h"
 #include "suites/llama/decode_step.h"
 #include "suites/llama/llama_blocks.h"
 
@@ -202,8 +203,9 @@ std::unique_ptr<OursLayerGemms> make_layer_gemms(const DecodeStepProblem& p, con
 
 class OursStep : public StepInstance {
  public:
-  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream)
+  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, bool pdl)
       : StepInstance(p, logits_out),
+        pdl_(pdl),
         kv0_(p.cache.layer(0, m_)),
         decode_shape_{m_.heads, p.shape.q_len, p.cache.max_len, p.cache.tokens(), p.cache.lengths},
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
@@ -218,6 +220,7 @@ class OursStep : public StepInstance {
   }
 
   void step(cudaStream_t s) override {
+    const kernels::PdlScope pdl(pdl_);
     const auto& W = p_.weights;
     const int64_t batch = p_.shape.rows(), q_len = p_.shape.q_len;
     const kernels::RopeShape rope = rope_shape(m_, batch);
@@ -251,6 +254,7 @@ class OursStep : public StepInstance {
   }
 
  private:
+  bool pdl_;
   kernels::PagedKv kv0_;  // layer 0's cache: every layer's has the same shape, so one decode plan serves all
   kernels::DecodeShape decode_shape_;
   kernels::DecodePlan plan_;
@@ -281,7 +285,10 @@ std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* l
   return std::make_unique<PeerStep>(p, logits_out, stream);
 }
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
-  return std::make_unique<OursStep>(p, logits_out, stream);
+  return std::make_unique<OursStep>(p, logits_out, stream, false);
+}
+std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
+  return std::make_unique<OursStep>(p, logits_out, stream, true);
 }
 
 }  // namespace topt::suites

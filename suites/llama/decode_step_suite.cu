@@ -484,6 +484,10 @@ void register_decode_step(Registry& registry) {
                                "append, the fused FFN (SiLU·mul in the gate|up GEMM's epilogue); w4a16: the weight-only "
                                "decode GEMM for the layers' GEMMs, SiLU·mul between gate|up and down",
                                ours_step_unsupported, make_ours_step));
+  op.impls.push_back(step_impl("ours_v2_pdl", Role::ours,
+                               "ours, every kernel launched under programmatic dependent launch: each starts while the "
+                               "one before finishes, and the GEMMs stream their first ring of weights before waiting",
+                               ours_step_unsupported, make_ours_pdl_step));
   registry.add(std::move(op));
 }
 

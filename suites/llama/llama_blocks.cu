@@ -8,6 +8,8 @@
 #include "baselines/llama/rope_unfused.h"
 #include "harness/cuda_check.h"
 #include "harness/plan_choice.h"
+#include "kernels/sm90/pdl.cuh"
+#include "kernels/sm90/pdl.h"
 #include "suites/llama/llama_blocks.h"
 
 namespace topt::suites {
@@ -27,6 +29,7 @@ namespace {
 
 template <class T>
 __global__ void swap_middle_dims_kernel(const T* in, T* out, int64_t a, int64_t b, int64_t inner, int64_t n) {
+  kernels::pdl_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = i % inner, ib = i / inner % b, ia = i / (inner * b) % a, o = i / (inner * b * a);
     out[((o * b + ib) * a + ia) * inner + e] = in[i];  // i walks in's [o, ia, ib, e]
@@ -42,11 +45,11 @@ void swap_middle_dims(const void* in, void* out, int64_t outer, int64_t a, int64
   constexpr int kThreads = 256;
   const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
   if (element_bytes == 2)
-    swap_middle_dims_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(in),
-                                                              static_cast<uint16_t*>(out), a, b, inner, n);
+    kernels::launch_kernel(swap_middle_dims_kernel<uint16_t>, blocks, kThreads, 0, stream,
+                           static_cast<const uint16_t*>(in), static_cast<uint16_t*>(out), a, b, inner, n);
   else if (element_bytes == 4)
-    swap_middle_dims_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(in), static_cast<float*>(out),
-                                                              a, b, inner, n);
+    kernels::launch_kernel(swap_middle_dims_kernel<float>, blocks, kThreads, 0, stream, static_cast<const float*>(in),
+                           static_cast<float*>(out), a, b, inner, n);
   else
     throw std::invalid_argument("swap_middle_dims: elements of 2 or 4 bytes, got " + std::to_string(element_bytes));
   CUDA_CHECK_LAUNCH();

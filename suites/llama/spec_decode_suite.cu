@@ -144,12 +144,14 @@ double median_launch_us(Instance& instance, cudaStream_t stream, int samples = 1
 // the verify pass, greedy rejection_sample.
 class SpecRound : public GraphedInstance {
  public:
-  SpecRound(const SpecDecodeProblem& p, const Case& c, cudaStream_t stream)
+  // make_step: decode_step's ours composition (make_ours_step, or its PDL rung make_ours_pdl_step).
+  SpecRound(const SpecDecodeProblem& p, const Case& c, cudaStream_t stream,
+            std::unique_ptr<StepInstance> (*make_step)(const DecodeStepProblem&, void*, cudaStream_t))
       : p_(p),
         alphas_(parse_alphas(c.params.s("alphas"))),
-        plain_(make_ours_step(p.plain, p.plain.logits->data, stream)),
-        verify_(make_ours_step(p.verify, p.verify.logits->data, stream)),
-        draft_(make_ours_step(p.draft, p.draft.logits->data, stream)),
+        plain_(make_step(p.plain, p.plain.logits->data, stream)),
+        verify_(make_step(p.verify, p.verify.logits->data, stream)),
+        draft_(make_step(p.draft, p.draft.logits->data, stream)),
         draft_logits_(size_t(p.plain.shape.batch * p.draft_len * p.plain.shape.model.vocab) * 2, "draft logits"),
         tokens_(size_t(p.plain.shape.batch * (p.draft_len + 1)) * sizeof(int32_t), "round tokens"),
         accepted_(size_t(p.plain.shape.batch) * sizeof(int32_t), "accepted drafts"),
@@ -282,17 +284,23 @@ void register_spec_decode(Registry& registry) {
   op.make_problem = [](const Case& c, uint64_t seed, cudaStream_t s) -> std::unique_ptr<Problem> {
     return std::make_unique<SpecDecodeProblem>(c, seed, s);
   };
+  const auto unsupported = [](const Case& c) {
+    const int64_t k = c.params.i("draft_len");
+    for (const Case& s : {step_case(c, k + 1, false), step_case(c, 1, false), step_case(c, 1, true)})
+      if (std::string why = ours_step_unsupported(s); !why.empty()) return why;
+    return std::string();
+  };
   op.impls.push_back({"ours", Role::ours,
                       "decode_step's ours composition: the draft's step × K, the verify pass at q_len K + 1, our greedy "
                       "rejection_sample, one graph",
-                      [](const Case& c) {
-                        const int64_t k = c.params.i("draft_len");
-                        for (const Case& s : {step_case(c, k + 1, false), step_case(c, 1, false), step_case(c, 1, true)})
-                          if (std::string why = ours_step_unsupported(s); !why.empty()) return why;
-                        return std::string();
-                      },
-                      [](const Problem& p, const Case& c, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<SpecRound>(static_cast<const SpecDecodeProblem&>(p), c, s);
+                      unsupported, [](const Problem& p, const Case& c, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<SpecRound>(static_cast<const SpecDecodeProblem&>(p), c, s,
+                                                           make_ours_step);
+                      }});
+  op.impls.push_back({"ours_v2_pdl", Role::ours, "ours on decode_step's ours_v2_pdl (programmatic dependent launch)",
+                      unsupported, [](const Problem& p, const Case& c, cudaStream_t s) -> std::unique_ptr<Instance> {
+                        return std::make_unique<SpecRound>(static_cast<const SpecDecodeProblem&>(p), c, s,
+                                                           make_ours_pdl_step);
                       }});
   registry.add(std::move(op));
 }

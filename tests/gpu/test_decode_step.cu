@@ -131,12 +131,12 @@ class DecodeStepOp : public GpuTest {
   // ours' argmax check (copy_out) runs the baseline composition, cuBLASLt inside (gpu_test.h). Each
   // test skips in its own body: GTEST_SKIP in a helper returns from the helper only.
   static constexpr const char* kCublasLtInside = "the argmax check runs cuBLASLt, left out under racecheck";
-  Prepared prepare_ours(const Case& c, uint64_t seed) {
+  Prepared prepare_ours(const Case& c, uint64_t seed, const char* impl = "ours") {
     const OpDef* op = builtin_registry().find(c.op);
     Prepared p;
     p.problem = op->make_problem(c, seed, stream);
     p.ref = compute_reference(*p.problem, int64_t(1) << 22, stream);
-    p.ours = op->find_impl("ours")->prepare(*p.problem, c, stream);
+    p.ours = op->find_impl(impl)->prepare(*p.problem, c, stream);
     return p;
   }
 };
@@ -144,7 +144,7 @@ class DecodeStepOp : public GpuTest {
 TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
-    for (const char* impl : {"baseline", "flashinfer", "ours"}) {
+    for (const char* impl : {"baseline", "flashinfer", "ours", "ours_v2_pdl"}) {
       const Case c = step_case(2, batch, context);
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
@@ -156,7 +156,7 @@ TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
 TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
-    for (const char* impl : {"baseline", "flashinfer", "ours"}) {
+    for (const char* impl : {"baseline", "flashinfer", "ours", "ours_v2_pdl"}) {
       const Case c = step_case(2, batch, context, 1, "w4a16");
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
@@ -168,11 +168,12 @@ TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
 // crossed by the new tokens; the baseline and the peer refuse it.
 TEST_F(DecodeStepOp, VerifyPassPasses) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 9}}) {
-    const Case c = step_case(2, batch, context, q_len);
-    const CheckResult r = run_and_check(c, "ours");
-    EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
-  }
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 9}})
+    for (const char* impl : {"ours", "ours_v2_pdl"}) {
+      const Case c = step_case(2, batch, context, q_len);
+      const CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
+    }
   const Case c = step_case(2, 1, 17, 3);
   const OpDef* op = builtin_registry().find(c.op);
   EXPECT_FALSE(op->find_impl("baseline")->unsupported(c).empty());
@@ -186,30 +187,34 @@ TEST_F(DecodeStepOp, VerifyPassPasses) {
 // reference; past the GEMM's 64 rows ours refuses, naming them.
 TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 9}}) {
-    const Case c = step_case(2, batch, context, q_len, "w4a16");
-    const CheckResult r = run_and_check(c, "ours");
-    EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
-  }
+  for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {7, 300, 9}})
+    for (const char* impl : {"ours", "ours_v2_pdl"}) {
+      const Case c = step_case(2, batch, context, q_len, "w4a16");
+      const CheckResult r = run_and_check(c, impl);
+      EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
+    }
   const Case c = step_case(2, 13, 17, 5, "w4a16");
   const std::string why = builtin_registry().find(c.op)->find_impl("ours")->unsupported(c);
   EXPECT_NE(why.find("64 rows, not 65"), std::string::npos) << why;
 }
 
 // The step appends its new tokens' K/V at the same positions every launch: every launch's logits pass.
+// Under PDL a kernel that read or wrote before its wait would race its predecessor: replays expose it.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (auto [weights, q_len] : std::vector<std::pair<const char*, int64_t>>{
-           {"bf16", 1}, {"bf16", 4}, {"w4a16", 1}, {"w4a16", 4}}) {
-    Prepared p = prepare_ours(step_case(3, 4, 40, q_len, weights), 99);
-    for (int launch = 0; launch < 3; ++launch) {
-      for (auto& out : p.problem->outputs()) poison_nan(out, stream);
-      p.ours->launch(stream);
-      p.ours->copy_out(stream);
-      const CheckResult r = check_outputs(*p.problem, p.ref, stream);
-      EXPECT_TRUE(r.passes()) << weights << ", q_len " << q_len << ", launch " << launch << ": " << r.describe();
+  for (const char* impl : {"ours", "ours_v2_pdl"})
+    for (auto [weights, q_len] : std::vector<std::pair<const char*, int64_t>>{
+             {"bf16", 1}, {"bf16", 4}, {"w4a16", 1}, {"w4a16", 4}}) {
+      Prepared p = prepare_ours(step_case(3, 4, 40, q_len, weights), 99, impl);
+      for (int launch = 0; launch < 3; ++launch) {
+        for (auto& out : p.problem->outputs()) poison_nan(out, stream);
+        p.ours->launch(stream);
+        p.ours->copy_out(stream);
+        const CheckResult r = check_outputs(*p.problem, p.ref, stream);
+        EXPECT_TRUE(r.passes()) << impl << ", " << weights << ", q_len " << q_len << ", launch " << launch << ": "
+                                << r.describe();
+      }
     }
-  }
 }
 
 // A row's logits replaced by another's fails the element check; a token boosted to the top fails the

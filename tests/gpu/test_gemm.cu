@@ -14,7 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "harness/timing.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_plan.h"
+#include "kernels/sm90/pdl.h"
 #include "kernels/gemm/weight_only_gemm.h"
 #include "kernels/gemm/weight_only_pack.h"
 #include "tests/gpu/gpu_test.h"
@@ -233,6 +236,67 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
   const int64_t width = small_shapes_only() ? 1024 : 4096;
   for (const std::string op : {"gemm_bf16", "gemm_int8"})
     expect_repeated_launches_pass(make_case(op, gemm_params({3, width, width}), DType::bf16), "ours_v2", 3, 5);
+}
+
+// Under programmatic dependent launch (kernels/sm90/pdl.h) each GEMM of a dependent chain streams its
+// first ring of W before waiting for the one before: a chain x -> y1 -> y2 -> y3 replayed as a graph
+// under PDL equals, bit for bit, the same chain without it, on every plan that issues W differently
+// (split-K with its reduce kernel, whole-K 128x128 and 128x256 tiles, 2-CTA clusters multicasting W).
+TEST_F(GpuTest, GemmChainUnderPdlEqualsTheChainWithout) {
+  namespace g = kernels::gemm;
+  const int sms = current_device_sm_count();
+  const int64_t width = 2048;
+  struct Chain {
+    int64_t m;
+    g::PlanOptions options;
+  };
+  for (const Chain chain : {Chain{1, {}}, Chain{48, {}}, Chain{2048, {}}, Chain{4096, {}}, Chain{4096, {true, false}}}) {
+    const int64_t m = chain.m;
+    std::vector<OwnedTensor> acts, weights;
+    for (int i = 0; i < 4; ++i) acts.emplace_back(DType::bf16, std::vector<int64_t>{m, width}, "chain activation");
+    for (int i = 0; i < 3; ++i) {
+      weights.emplace_back(DType::bf16, std::vector<int64_t>{width, width}, "chain weight");
+      // std 1/sqrt(K): activations keep their scale along the chain.
+      fill_uniform(*weights.back(), 100 + i, -0.038f, 0.038f, stream);
+    }
+    fill_uniform(*acts[0], 7, -1.f, 1.f, stream);
+    const g::GemmPlan plan = g::plan_gemm(m, width, width, sms, g::Operands::bf16, chain.options);
+    std::vector<g::GemmLaunch> launches;
+    std::vector<DeviceBuffer> workspaces;
+    for (int i = 0; i < 3; ++i) {
+      g::GemmArgs a;
+      a.a = acts[size_t(i)]->data;
+      a.b = weights[size_t(i)]->data;
+      a.out = acts[size_t(i) + 1]->data;
+      a.m = m;
+      a.n = a.k = width;
+      workspaces.emplace_back(std::max<size_t>(g::gemm_workspace_bytes(a, plan), 16), "chain workspace");
+      launches.push_back(g::prepare_gemm(a, plan, workspaces.back().get(), stream));
+    }
+    auto run_chain = [&](bool pdl) {
+      std::vector<std::vector<double>> out;
+      const kernels::PdlScope scope(pdl);
+      cudaGraphExec_t graph = capture_graph(
+          [&](cudaStream_t s) {
+            for (const auto& l : launches) g::run_gemm(l, s);
+          },
+          1, stream);
+      for (int replay = 0; replay < 3; ++replay) {
+        for (int i = 1; i < 4; ++i) poison_nan(*acts[size_t(i)], stream);
+        CUDA_CHECK(cudaGraphLaunch(graph, stream));
+        out.push_back(to_host_f64(*acts[3], stream));
+      }
+      CUDA_CHECK(cudaGraphExecDestroy(graph));
+      return out;
+    };
+    const std::vector<std::vector<double>> plain = run_chain(false), pdl = run_chain(true);
+    for (size_t replay = 0; replay < pdl.size(); ++replay) {
+      int64_t differ = 0;
+      for (size_t e = 0; e < pdl[replay].size(); ++e)
+        differ += !(pdl[replay][e] == plain[0][e]);  // NaN (an unwritten element) differs too
+      EXPECT_EQ(differ, 0) << "M = " << m << " (" << plan.describe() << "), replay " << replay;
+    }
+  }
 }
 
 // The metrics say which plan ran: decode takes the split-K path.

@@ -34,28 +34,29 @@ class SpecDecodeOp : public GpuTest {};
 
 TEST_F(SpecDecodeOp, RoundPassesItsChecksAndReportsItsMetrics) {
   if (small_shapes_only()) GTEST_SKIP() << "the round runs cuBLASLt-free but large graphs; left out under racecheck";
-  for (auto [batch, context, k] : std::vector<std::array<int64_t, 3>>{{1, 17, 1}, {3, 40, 4}}) {
-    Params p = tiny_model(batch, context);
-    p.set("draft_len", k);
-    p.set("draft_layers", int64_t(1));
-    const Case c = make_case("spec_decode", p, DType::bf16);
-    const OpDef* op = builtin_registry().find(c.op);
-    auto problem = op->make_problem(c, 7, stream);
-    const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
-    auto round = op->find_impl("ours")->prepare(*problem, c, stream);
-    for (auto& out : problem->outputs()) poison_nan(out, stream);
-    round->launch(stream);
-    round->copy_out(stream);  // throws when the greedy sampler differs from its CPU reference
-    const CheckResult r = check_outputs(*problem, ref, stream);
-    EXPECT_TRUE(r.passes()) << c.name("ours") << ": " << r.describe();
-    std::map<std::string, double> metrics;
-    for (auto& [name, value] : round->metrics()) metrics[name] = value;
-    for (const char* name : {"plain_us", "verify_us", "draft_step_us", "round_us", "verify_over_plain",
-                             "speedup_at_alpha_0.8", "expected_tokens_per_round_at_alpha_0.8"})
-      EXPECT_GT(metrics[name], 0) << name;
-    // A round holds the verify pass and K draft steps.
-    EXPECT_GT(metrics["round_us"], metrics["verify_us"] + double(k) * metrics["draft_step_us"] * 0.5);
-  }
+  for (const char* impl : {"ours", "ours_v2_pdl"})
+    for (auto [batch, context, k] : std::vector<std::array<int64_t, 3>>{{1, 17, 1}, {3, 40, 4}}) {
+      Params p = tiny_model(batch, context);
+      p.set("draft_len", k);
+      p.set("draft_layers", int64_t(1));
+      const Case c = make_case("spec_decode", p, DType::bf16);
+      const OpDef* op = builtin_registry().find(c.op);
+      auto problem = op->make_problem(c, 7, stream);
+      const Reference ref = compute_reference(*problem, int64_t(1) << 22, stream);
+      auto round = op->find_impl(impl)->prepare(*problem, c, stream);
+      for (auto& out : problem->outputs()) poison_nan(out, stream);
+      round->launch(stream);
+      round->copy_out(stream);  // throws when the greedy sampler differs from its CPU reference
+      const CheckResult r = check_outputs(*problem, ref, stream);
+      EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
+      std::map<std::string, double> metrics;
+      for (auto& [name, value] : round->metrics()) metrics[name] = value;
+      for (const char* name : {"plain_us", "verify_us", "draft_step_us", "round_us", "verify_over_plain",
+                               "speedup_at_alpha_0.8", "expected_tokens_per_round_at_alpha_0.8"})
+        EXPECT_GT(metrics[name], 0) << name;
+      // A round holds the verify pass and K draft steps.
+      EXPECT_GT(metrics["round_us"], metrics["verify_us"] + double(k) * metrics["draft_step_us"] * 0.5);
+    }
 }
 
 namespace {

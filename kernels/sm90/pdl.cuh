@@ -1,0 +1,28 @@
+// The device side of programmatic dependent launch (pdl.h): both are no-ops where the kernel was
+// launched without the attribute, or built for a GPU before sm_90.
+#pragma once
+
+namespace topt::kernels {
+
+// Waits until the grids this one depends on have completed and their writes are visible to it.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next grid's CTAs be scheduled once every CTA of this grid has called it (or exited); once
+// per CTA counts. Called after pdl_wait, so that at most one grid waits behind the running one.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Both, at the top of a kernel that has nothing to do before its inputs are ready.
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
+}  // namespace topt::kernels
