@@ -150,7 +150,9 @@ template <class C>
 void launch_config(const GemmLaunch& l, cudaStream_t stream) {
   ConfigLaunch<C> launch(l.grid, stream);
   launch.config.numAttrs = add_pdl_attribute(launch.attrs, launch.config.numAttrs);
-  CUDA_CHECK(cudaLaunchKernelEx(&launch.config, gemm_kernel<C>, l.params));
+  GemmParams params = l.params;
+  params.w_ahead = pdl_launches() ? C::kStages : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&launch.config, gemm_kernel<C>, params));
 }
 
 template <class C>
@@ -322,6 +324,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.n_tiles = int(plan.n_tiles);
   p.splits = plan.splits;
   p.group = plan.group;
+  p.w_ahead = 0;
   p.epilogue = args.epilogue;
   return l;
 }

@@ -80,6 +80,10 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   int promote_blocks;   // FP8: K blocks between promotions (1 with block scales)
   int m, n, k_blocks;
   int m_tiles, n_tiles, splits, group;
+  // Stages of W the producer requests before waiting for the kernel before: the first ring where the
+  // launch carries PDL (kernels/sm90/pdl.h), set per launch; 0 otherwise, where there is nothing to
+  // overlap and each stage's A goes out beside its W, as before PDL.
+  int w_ahead;
   Epilogue epilogue;
 };
 

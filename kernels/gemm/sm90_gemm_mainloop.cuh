@@ -80,18 +80,22 @@ __device__ __forceinline__ void for_each_stage(const GemmParams& p, const GemmWa
   }
 }
 
-// W is a layer's weights, which no kernel of the stream writes: the first ring of its stages is
-// requested before pdl_wait, so that under PDL (kernels/sm90/pdl.h) it streams while the kernel before
-// finishes; A (the activations) and everything after the first ring only once that kernel is done.
+// W is a layer's weights, which no kernel of the stream writes: under PDL (kernels/sm90/pdl.h) the first
+// p.w_ahead stages of it (the ring) are requested before pdl_wait, so that they stream while the kernel
+// before finishes; A (the activations) and everything after them only once that kernel is done.
 template <class C>
 __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   const GemmBars<C> bars{smem + C::kOffBar};
   const GemmWalk<C> walk(p);
-  // (kBlockN / kClusterM, kBlockK) of W: this CTA's share of the tile. In a cluster the stage is free
-  // in every CTA (the empty barrier counts all their consumers), and this CTA's full barrier expects
-  // the whole stage: its A, and W from every producer.
+  // In a cluster the stage is free in every CTA (the empty barrier counts all their consumers), and
+  // this CTA's full barrier expects the whole stage: its A, and W from every producer.
+  auto arm = [&](int stage) { mbar_arrive_expect_tx(bars.full(stage), C::kStageBytes); };
+  auto load_a = [&](const GemmUnit& unit, int kb, int stage) {
+    tma_load_2d(smem + C::kOffA + stage * C::kABytes, &p.tma_a, bars.full(stage), kb * C::Operand::kBlockK,
+                unit.m_block * C::kBlockM);
+  };
+  // (kBlockN / kClusterM, kBlockK) of W: this CTA's share of the tile.
   auto load_b = [&](const GemmUnit& unit, int kb, int stage) {
-    mbar_arrive_expect_tx(bars.full(stage), C::kStageBytes);
     const int k0 = kb * C::Operand::kBlockK;
     const uint32_t b_dst = smem + C::kOffB + stage * C::kBBytes + walk.rank * C::kBBytesPerCta;
     const int b_row = unit.n_block * C::kBlockN + walk.rank * C::kBRowsPerCta;
@@ -102,7 +106,8 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   };
   int ahead = 0;  // stages of the first ring whose W went out before the wait (a fresh ring is free)
   for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
-    if (ahead == C::kStages) return false;
+    if (ahead == p.w_ahead) return false;
+    arm(ahead);
     load_b(unit, kb, ahead++);
     return true;
   });
@@ -110,12 +115,14 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   RingPos<C::kStages> pos;
   int i = 0;
   for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
-    if (i++ >= ahead) {
+    if (i++ < ahead) {
+      load_a(unit, kb, pos.stage);
+    } else {
       mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
+      arm(pos.stage);
+      load_a(unit, kb, pos.stage);
       load_b(unit, kb, pos.stage);
     }
-    tma_load_2d(smem + C::kOffA + pos.stage * C::kABytes, &p.tma_a, bars.full(pos.stage), kb * C::Operand::kBlockK,
-                unit.m_block * C::kBlockM);
     pos.advance();
     return true;
   });
