@@ -9,8 +9,8 @@ namespace topt::kernels::decode {
 // simt: fp32 FMAs from shared memory. Score phase: lane % 16 is the lane's token, lane / 16 its half
 // of the rows; output phase: the warp's 16 tokens into every row, 4 dims per lane.
 template <class T, int ROWS>
-__global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParams p) {
-  pdl_begin();
+__global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParams p, PdlLaunch pdl) {
+  pdl_begin(pdl);
   static_assert(ROWS >= 1 && ROWS <= kMaxRowsPerBlock && (ROWS & (ROWS - 1)) == 0, "ROWS: 1, 2, 4, 8 or 16");
   using Layout = SmemLayout<ROWS, true>;
   using Bits = PackedBits<T>;
@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(kThreads) decode_simt_kernel(const DecodeParam
 
 // kV2: S stages with one sync per tile, page ids for kMaxSplitPagesV2 pages, the parallel combine.
 template <class T, int S, bool kV2>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_constant__ DecodeParams p) {
-  pdl_begin();
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
+  pdl_begin(pdl);
   static_assert(kV2 || S == kStages, "the first mma version is double-buffered");
   using Layout = SmemLayout<kMmaRows, false, S, kV2 ? kMaxSplitPagesV2 : kMaxSplitPages>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -198,8 +198,8 @@ constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is _
 
 // kTree: the new tokens form a tree, their masks in p.tree_mask (MmaWarp).
 template <class T, int S, int W, bool kTree>
-__global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p) {
-  pdl_begin();
+__global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
+  pdl_begin(pdl);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
   using Layout = TmaLayout<S, W>;

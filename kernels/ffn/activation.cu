@@ -31,8 +31,8 @@ __device__ __forceinline__ void store_vec(T* dst, const T (&v)[kVec]) {
 // h_scale is given, with the same static scale as the fused epilogue.
 template <int kVec>
 __global__ void silu_mul_kernel(const __nv_bfloat16* gate_up, int64_t m, int64_t ffn, void* h,
-                                const float* h_scale) {
-  pdl_begin();
+                                const float* h_scale, PdlLaunch pdl) {
+  pdl_begin(pdl);
   const int64_t vecs_per_row = ffn / kVec, total = m * vecs_per_row;
   const float inv_scale = h_scale ? 1.f / *h_scale : 1.f;
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < total; v += int64_t(gridDim.x) * blockDim.x) {

@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
 
 // y[r, c] = epilogue(Σ_split partial[split, r, c]): the second kernel of a split-K launch (small M:
 // M·N·splits fp32 values, small beside the weights the splits streamed).
-__global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
-  pdl_begin();
+__global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p, PdlLaunch pdl) {
+  pdl_begin(pdl);
   const int64_t total = int64_t(p.m) * p.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     float sum = 0;
@@ -74,8 +74,8 @@ __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p) {
 // silu_gated's split-K reduce: y[r, c] = SiLU(Σ gate partials)·(Σ up partials) per output element
 // (gate column 2·kGatedGroup·(c / kGatedGroup) + c % kGatedGroup, its up column kGatedGroup further):
 // the pair is complete only after the sum, so the activation runs here, not in the splits.
-__global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p) {
-  pdl_begin();
+__global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p, PdlLaunch pdl) {
+  pdl_begin(pdl);
   const Epilogue& e = p.epilogue;
   const int64_t total = int64_t(p.m) * e.gated_cols, split_stride = int64_t(p.m) * p.n;
   const float tensor = tensor_scale(e), inv_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
@@ -149,9 +149,10 @@ int persistent_grid(const GemmPlan& plan) {
 template <class C>
 void launch_config(const GemmLaunch& l, cudaStream_t stream) {
   ConfigLaunch<C> launch(l.grid, stream);
-  launch.config.numAttrs = add_pdl_attribute(launch.attrs, launch.config.numAttrs);
+  const unsigned attrs = launch.config.numAttrs;
+  launch.config.numAttrs = add_pdl_attribute(launch.attrs, attrs);
   GemmParams params = l.params;
-  params.w_ahead = pdl_launches() ? C::kStages : 0;
+  params.pdl.on = launch.config.numAttrs > attrs;
   CUDA_CHECK(cudaLaunchKernelEx(&launch.config, gemm_kernel<C>, params));
 }
 
@@ -324,7 +325,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.n_tiles = int(plan.n_tiles);
   p.splits = plan.splits;
   p.group = plan.group;
-  p.w_ahead = 0;
+  p.pdl.on = false;
   p.epilogue = args.epilogue;
   return l;
 }

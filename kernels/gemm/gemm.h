@@ -14,6 +14,7 @@
 #include <string>
 
 #include "kernels/gemm/gemm_plan.h"
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels::gemm {
 
@@ -80,10 +81,10 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   int promote_blocks;   // FP8: K blocks between promotions (1 with block scales)
   int m, n, k_blocks;
   int m_tiles, n_tiles, splits, group;
-  // Stages of W the producer requests before waiting for the kernel before: the first ring where the
-  // launch carries PDL (kernels/sm90/pdl.h), set per launch; 0 otherwise, where there is nothing to
-  // overlap and each stage's A goes out beside its W, as before PDL.
-  int w_ahead;
+  // Whether the launch carries PDL (kernels/sm90/pdl.h), set per launch: then the producer requests the
+  // first ring of W before waiting for the kernel before; without it there is nothing to overlap, and
+  // each stage's A goes out beside its W.
+  PdlLaunch pdl;
   Epilogue epilogue;
 };
 

@@ -81,8 +81,8 @@ __device__ __forceinline__ void for_each_stage(const GemmParams& p, const GemmWa
 }
 
 // W is a layer's weights, which no kernel of the stream writes: under PDL (kernels/sm90/pdl.h) the first
-// p.w_ahead stages of it (the ring) are requested before pdl_wait, so that they stream while the kernel
-// before finishes; A (the activations) and everything after them only once that kernel is done.
+// ring of its stages is requested before pdl_wait, so that it streams while the kernel before finishes;
+// A (the activations) and everything after the first ring only once that kernel is done.
 template <class C>
 __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   const GemmBars<C> bars{smem + C::kOffBar};
@@ -106,12 +106,12 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
   };
   int ahead = 0;  // stages of the first ring whose W went out before the wait (a fresh ring is free)
   for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
-    if (ahead == p.w_ahead) return false;
+    if (!p.pdl.on || ahead == C::kStages) return false;
     arm(ahead);
     load_b(unit, kb, ahead++);
     return true;
   });
-  pdl_begin();
+  pdl_begin(p.pdl);
   RingPos<C::kStages> pos;
   int i = 0;
   for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
@@ -176,7 +176,7 @@ template <class C>
 __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int cw) {
   using Acc = typename C::Operand::Acc;
   constexpr int kAcc = C::kBlockN / 2;
-  pdl_begin();  // the epilogue reads the residual and scales, and writes y, after the kernel before
+  pdl_begin(p.pdl);  // the epilogue reads the residual and scales, and writes y, after the kernel before
   const GemmBars<C> bars{smem + C::kOffBar};
   const GemmWalk<C> walk(p);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;

@@ -210,7 +210,7 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_
 // kZeros: int4 with zero points (args.zeros); without, the zero is 8 and nothing about it is loaded.
 template <int kBits, int kMTiles, bool kZeros = false>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
-    weight_only_decode_kernel(const DecodeParams p) {
+    weight_only_decode_kernel(const DecodeParams p, PdlLaunch pdl) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
   constexpr int kUnroll = lane_prefetch_bytes(kBits) / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
   batch_params[0] = load_group_params(c_begin);
   // The weights and their scales are no kernel's output: the first batch goes out before the wait for
   // the kernel before (PDL, kernels/sm90/pdl.h); x, and every store, after it.
-  pdl_begin();
+  pdl_begin(pdl);
   for (int c0 = c_begin; c0 < c_end; c0 += 2 * kUnroll) {
     load_batch(c0 + kUnroll, batch[1]);
     batch_params[1] = load_group_params(c0 + kUnroll);
@@ -468,7 +468,7 @@ __global__ void pack_weight_only_kernel(const uint8_t* codes, WeightShape shape,
 
 unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
-using DecodeKernel = void (*)(DecodeParams);
+using DecodeKernel = void (*)(DecodeParams, PdlLaunch);
 
 template <int kBits, bool kZeros = false>
 DecodeKernel decode_kernel_for_tiles(int64_t m) {

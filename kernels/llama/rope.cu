@@ -75,8 +75,8 @@ constexpr double kTwoPi = 6.283185307179586476925286766559;
 template <class T, int kVec, class KvOut>
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions, T* q, KvOut kv_out, int heads,
-                int kv_heads, int head_dim, const InvFreqs inv_freqs) {
-  pdl_begin();
+                int kv_heads, int head_dim, const InvFreqs inv_freqs, PdlLaunch pdl) {
+  pdl_begin(pdl);
   using Vec = Pack<T, kVec>;
   const int64_t token = blockIdx.x;
   const int half = head_dim / 2, vecs = half / kVec, row_heads = heads + 2 * kv_heads;

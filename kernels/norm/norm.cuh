@@ -25,24 +25,18 @@ struct NormArgs {
 };
 
 template <class T, int kVec, int kVpt, NormKind kKind>
-__global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(const NormArgs<T> a) {
+__global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(const NormArgs<T> a, PdlLaunch pdl) {
+  pdl_begin(pdl);
   using Frag = RowFragment<T, kVec, kVpt>;
   // The weights (and bias) load beside the row, so that their latency hides under its own: decode
   // rows wait on both. Rows of 8 vectors per thread load them after the reduction instead, where
-  // fewer registers are live (64 is the cap at 1024 threads). Early, they are no kernel's output, so
-  // they go out before the wait for the kernel before (PDL, kernels/sm90/pdl.h); the row after it.
+  // fewer registers are live (64 is the cap at 1024 threads).
   constexpr bool kEarlyParams = kVpt <= 4;
   constexpr bool kBias = kKind == NormKind::layer;
   const int n_vec = a.hidden / kVec;
   const size_t row = size_t(blockIdx.x) * a.hidden;
 
   Frag x, w, b;
-  auto load_params = [&] {
-    w.load(a.w, n_vec, 0.f);
-    if constexpr (kBias) b.load(a.b, n_vec, 0.f);
-  };
-  if constexpr (kEarlyParams) load_params();
-  pdl_begin();
   x.load(a.x + row, n_vec, 0.f);
   if constexpr (kKind == NormKind::add_rms) {
     Frag r;
@@ -51,6 +45,11 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(const NormArgs<T> 
     x.assign([&](int i, int j) { return x.at(i, j) + r.at(i, j); });
     x.store(a.h + row, n_vec);
   }
+  auto load_params = [&] {
+    w.load(a.w, n_vec, 0.f);
+    if constexpr (kBias) b.load(a.b, n_vec, 0.f);
+  };
+  if constexpr (kEarlyParams) load_params();
 
   float mean = 0.f;
   if constexpr (kKind == NormKind::layer) {
@@ -103,7 +102,6 @@ __device__ __forceinline__ Moments shfl_xor(Moments v, int lane_mask) {
 // barrier). The partial statistics meet through distributed shared memory (one cluster barrier).
 template <class T, int kVec, int kVpt, NormKind kKind>
 __global__ void __launch_bounds__(kMaxRowThreads) norm_cluster_kernel(const NormArgs<T> a, int slice_vec) {
-  pdl_begin();
   using Frag = RowFragment<T, kVec, kVpt>;
   constexpr bool kBias = kKind == NormKind::layer;
   const unsigned rank = cluster_rank();

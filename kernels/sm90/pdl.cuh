@@ -1,6 +1,7 @@
-// The device side of programmatic dependent launch (pdl.h): both are no-ops where the kernel was
-// launched without the attribute, or built for a GPU before sm_90.
+// The device side of programmatic dependent launch (pdl.h). pdl_wait and pdl_launch_dependents are
+// no-ops where the kernel was built for a GPU before sm_90; pdl_begin runs them only under PDL.
 #pragma once
+#include "kernels/sm90/pdl.h"
 
 namespace topt::kernels {
 
@@ -19,8 +20,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Both, at the top of a kernel that has nothing to do before its inputs are ready.
-__device__ __forceinline__ void pdl_begin() {
+// Both, where the launch carries PDL (a uniform branch): at the top of a kernel that has nothing to do
+// before its inputs are ready, or after what it may do before.
+__device__ __forceinline__ void pdl_begin(PdlLaunch pdl) {
+  if (!pdl.on) return;
   pdl_wait();
   pdl_launch_dependents();
 }

@@ -28,8 +28,9 @@ double attention_scale(const LlamaShape& m) { return 1.0 / std::sqrt(double(m.he
 namespace {
 
 template <class T>
-__global__ void swap_middle_dims_kernel(const T* in, T* out, int64_t a, int64_t b, int64_t inner, int64_t n) {
-  kernels::pdl_begin();
+__global__ void swap_middle_dims_kernel(const T* in, T* out, int64_t a, int64_t b, int64_t inner, int64_t n,
+                                        kernels::PdlLaunch pdl) {
+  kernels::pdl_begin(pdl);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = i % inner, ib = i / inner % b, ia = i / (inner * b) % a, o = i / (inner * b * a);
     out[((o * b + ib) * a + ia) * inner + e] = in[i];  // i walks in's [o, ia, ib, e]
