@@ -9,8 +9,6 @@ thread_local bool pdl_on = false;
 PdlScope::PdlScope(bool on) : previous_(pdl_on) { pdl_on = on; }
 PdlScope::~PdlScope() { pdl_on = previous_; }
 
-bool pdl_launches() { return pdl_on; }
-
 unsigned add_pdl_attribute(cudaLaunchAttribute* attrs, unsigned count) {
   if (!pdl_on) return count;
   attrs[count] = cudaLaunchAttribute{};

@@ -39,8 +39,6 @@ class PdlScope {
   bool previous_;
 };
 
-bool pdl_launches();  // whether launches on this thread carry the PDL attribute now
-
 // The PDL attribute where a PdlScope asks for it, appended to `attrs` (room for one more); returns the count.
 unsigned add_pdl_attribute(cudaLaunchAttribute* attrs, unsigned count);
 
