@@ -79,9 +79,8 @@ gemm::GemmArgs down_args(const FfnArgs& a, const void* h) {
 
 struct FfnPlans {
   gemm::GemmPlan up, down;
-  FfnPlans(const FfnArgs& a, gemm::SplitReduce reduce, gemm::PlanOptions options) {
+  FfnPlans(const FfnArgs& a, gemm::PlanOptions options) {
     const int sms = current_device_sm_count();
-    options.last_split = reduce == gemm::SplitReduce::last_split;
     up = gemm::plan_gemm(a.m, up_args(a, nullptr).n, a.hidden, sms, a.operands, options);
     down = gemm::plan_gemm(a.m, a.hidden, a.ffn, sms, a.operands, options);
   }
@@ -114,7 +113,7 @@ std::string ffn_unsupported(const FfnArgs& a) {
 }
 
 size_t ffn_workspace_bytes(const FfnArgs& a, gemm::SplitReduce reduce, gemm::PlanOptions options) {
-  const FfnPlans plans(a, reduce, options);
+  const FfnPlans plans(a, options);
   return size_t(h_bytes(a) + round_up_256(int64_t(gemm::gemm_workspace_bytes(up_args(a, nullptr), plans.up, reduce))) +
                 round_up_256(int64_t(gemm::gemm_workspace_bytes(down_args(a, nullptr), plans.down, reduce))));
 }
@@ -126,7 +125,7 @@ FfnLaunch prepare_ffn(const FfnArgs& a, void* workspace, cudaStream_t stream, ge
     throw std::invalid_argument("ffn: E4M3 operands need x_scale, w_in_scale, w_out_scale and h_scale");
   if (a.kind == FfnKind::gelu && (!a.b_in || !a.b_out)) throw std::invalid_argument("ffn gelu: b_in and b_out are required");
   if (!workspace) throw std::invalid_argument("ffn: the workspace (h and the split-K partials) is required");
-  const FfnPlans plans(a, reduce, options);
+  const FfnPlans plans(a, options);
   // Each GEMM keeps its own split-K region: a last-split GEMM's tile counters must stay zero between
   // launches, so the other GEMM's partials may not overlap them.
   char* h = static_cast<char*>(workspace);

@@ -57,27 +57,14 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
 #endif
 }
 
-// Σ_split partial[split · stride], added in split order, 8 loads in flight (not an L2 round trip each).
-__device__ __forceinline__ float sum_splits(const float* partial, int64_t stride, int splits) {
-  float sum = 0;
-  for (int s0 = 0; s0 < splits; s0 += 8) {
-    float v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = s0 + j < splits ? partial[(s0 + j) * stride] : 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (s0 + j < splits) sum += v[j];
-  }
-  return sum;
-}
-
 // y[r, c] = epilogue(Σ_split partial[split, r, c]): the second kernel of a split-K launch (small M:
 // M·N·splits fp32 values, small beside the weights the splits streamed).
 __global__ void splitk_reduce_kernel(const __grid_constant__ GemmParams p, PdlLaunch pdl) {
   pdl_begin(pdl);
   const int64_t total = int64_t(p.m) * p.n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const float sum = sum_splits(p.partial + i, total, p.splits);
+    float sum = 0;
+    for (int s = 0; s < p.splits; ++s) sum += p.partial[s * total + i];
     const int64_t r = i / p.n, c = i % p.n;
     const float row_f = row_factor(p.epilogue, tensor_scale(p.epilogue), r);
     static_cast<__nv_bfloat16*>(p.out)[i] = __float2bfloat16_rn(epilogue_value(p.epilogue, row_f, r, c, p.n, sum));
@@ -95,8 +82,11 @@ __global__ void splitk_reduce_gated_kernel(const __grid_constant__ GemmParams p,
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / e.gated_cols, c = i % e.gated_cols;
     const int64_t gate = r * p.n + 2 * kGatedGroup * (c / kGatedGroup) + c % kGatedGroup;
-    const float g = sum_splits(p.partial + gate, split_stride, p.splits);
-    const float u = sum_splits(p.partial + gate + kGatedGroup, split_stride, p.splits);
+    float g = 0, u = 0;
+    for (int s = 0; s < p.splits; ++s) {
+      g += p.partial[s * split_stride + gate];
+      u += p.partial[s * split_stride + gate + kGatedGroup];
+    }
     const float row_f = row_factor(e, tensor, r);
     store_silu_gated(e, p.out, i, g * row_f, u * row_f, inv_scale);
   }
@@ -237,12 +227,10 @@ std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands,
 
 namespace {
 
-// The workspace of a split plan: the unit counters (GemmParams::unit_counter) in its first 256 bytes,
-// partials [splits, M, N] fp32, then (reduced in the kernel) a counter per tile (split plans run one
-// consumer warpgroup) from a 256-byte boundary.
+// The workspace of a split plan: partials [splits, M, N] fp32, then (reduced in the kernel) a counter
+// per tile (split plans run one consumer warpgroup) from a 256-byte boundary.
 struct WorkspaceLayout {
-  static constexpr size_t kUnitCounterBytes = 256;
-  size_t partials = 0, counters = 0, bytes = 0;
+  size_t counters = 0, bytes = 0;
   WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
     if (plan.splits <= 1) return;
     if (plan.tile == TileShape::stream) {  // the cut strips' sums [M, strips·16], then a counter per strip
@@ -250,8 +238,7 @@ struct WorkspaceLayout {
       bytes = counters + plan.n_tiles * sizeof(int);
       return;
     }
-    partials = kUnitCounterBytes;
-    counters = partials + (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
+    counters = (size_t(plan.splits) * args.m * args.n * sizeof(float) + 255) / 256 * 256;
     bytes = reduce == SplitReduce::last_split ? counters + counter_count(plan) * sizeof(int) : counters;
   }
   static size_t counter_count(const GemmPlan& plan) { return size_t(plan.m_tiles * plan.n_tiles); }
@@ -318,24 +305,14 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.a = args.a;
   p.k = args.k;
   p.out = args.out;
-  char* const ws = static_cast<char*>(workspace);
-  p.partial = plan.splits > 1 ? reinterpret_cast<float*>(ws + layout.partials) : nullptr;
+  p.partial = plan.splits > 1 ? static_cast<float*>(workspace) : nullptr;
   p.tile_counters = nullptr;
-  p.unit_counter = nullptr;
-  p.static_rounds = 1;
   if (plan.splits > 1 && streams) {  // sums and counters: zero before the first launch, and after each
-    p.tile_counters = reinterpret_cast<int*>(ws + layout.counters);
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
     CUDA_CHECK(cudaMemsetAsync(workspace, 0, layout.bytes, stream));
-  } else if (plan.splits > 1) {
-    // Units in a dynamic order; the static rounds cover the first ring (the stages PDL requests early).
-    p.unit_counter = reinterpret_cast<int*>(ws);
-    CUDA_CHECK(cudaMemsetAsync(p.unit_counter, 0, WorkspaceLayout::kUnitCounterBytes, stream));
-    const int64_t unit_blocks = std::max<int64_t>(1, plan.k_blocks / plan.splits);
-    p.static_rounds = int((GemmConfig64x128<Bf16Operands>::kStages + unit_blocks - 1) / unit_blocks);
-    if (reduce == SplitReduce::last_split) {
-      p.tile_counters = reinterpret_cast<int*>(ws + layout.counters);
-      CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
-    }
+  } else if (plan.splits > 1 && reduce == SplitReduce::last_split) {
+    p.tile_counters = reinterpret_cast<int*>(static_cast<char*>(workspace) + layout.counters);
+    CUDA_CHECK(cudaMemsetAsync(p.tile_counters, 0, layout.bytes - layout.counters, stream));
   }
   p.a_block_scale = args.a_block_scale;
   p.b_block_scale = args.b_block_scale;

@@ -75,10 +75,6 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   void* out;
   float* partial;       // splits > 1: fp32 [splits, M, N] (streaming kernel: its cut strips' sums [M, strips·16])
   int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile (strip), zero between launches
-  // Split plans on 64x128 tiles order their units dynamically (sm90_gemm_mainloop.cuh): [0] the units
-  // claimed past the static rounds, [1] the CTAs done claiming; zero between launches. Else null.
-  int* unit_counter;
-  int static_rounds;    // units each CTA takes in the static order first (b, b + grid, ...)
   const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
   const float* b_block_scale;
   int scale_groups;

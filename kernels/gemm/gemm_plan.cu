@@ -87,10 +87,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     }
     if (e > wave_efficiency(tiles * best, sms) + 1e-9) best = s;
   }
-  // Finer units where the partials stay small: the dynamic order then evens out the SMs' finish.
-  const int64_t partial_cap = std::max<int64_t>(1, k / (2 * kPartialShareOfW * m));
-  const int fine = int(std::min<int64_t>({int64_t(max_splits), partial_cap, ceil_div(plan.k_blocks, kUnitKBlocks)}));
-  plan.splits = options.last_split ? best : std::max(best, fine);
+  plan.splits = best;
   return plan;
 }
 

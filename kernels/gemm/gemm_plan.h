@@ -28,12 +28,6 @@ const char* tile_name(TileShape t);
 
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
 constexpr int kMinSplitKBlocks = 2;     // the fewest K blocks (128 of K bf16) a split streams
-// Split plans hand their units out dynamically (gemm_schedule.h): a unit of about this many K blocks
-// (64 KB of W) is the most a CTA can finish after the others, where a static order loses whole units
-// to the last wave and to the SMs the DRAM serves slower.
-constexpr int kUnitKBlocks = 4;
-// ... as long as the partials stay small beside W: splits·M·4 bytes per column against K·2 of W.
-constexpr int kPartialShareOfW = 16;    // partials at most 1/16 of W's bytes (splits <= K / (32·M))
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
 constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
@@ -66,9 +60,6 @@ struct PlanOptions {
   // 27.6 / 28.6) and in the 7B FFN; the rung `ours_v3_stream` keeps it measured.
   bool stream = false;
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
-  // Split-K partials summed by each tile's last split in the GEMM kernel (SplitReduce::last_split): an L2
-  // round trip per split there, so the fewest splits that fill the wave, not kUnitKBlocks' finer units.
-  bool last_split = false;
 };
 
 // Whether the weight-streaming kernel takes these operands: bf16 and e4m3 with per-tensor scales
@@ -80,10 +71,9 @@ bool stream_takes(Operands operands, bool block_scales);
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   units (strip, stage) divided evenly over min(units, sms) CTAs, each a contiguous range of W: the
 //   weights' read is everything, and every SM reads the same bytes (a cut strip is summed across CTAs).
-// Else M <= kSmallM: 64×128 tiles, and K split (up to kMaxSplits, each >= kMinSplitKBlocks of K) into
-//   units of about kUnitKBlocks while the partials stay within 1/kPartialShareOfW of W (not with
-//   options.last_split), and at least into the fewest splits whose units fill the last wave to kMinWaveEfficiency (else the split count
-//   that fills it best): the weights must stream through every SM.
+// Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
+//   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
+//   the weights must stream through every SM.
 // Larger M: 128×256 tiles when they make at least one wave of `sms` (not FP8), else 128×128; no splits.
 //   Except up to kSplitMaxM rows where even 128×128 tiles leave half the SMs idle (M = 128 at N = 4096:
 //   32 tiles; M = 130 at N = 1000: 16): the weights' read still sets the time there, and one SM

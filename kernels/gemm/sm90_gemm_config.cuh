@@ -66,13 +66,11 @@ struct GemmConfig {
   static constexpr int kBRowsPerCta = kBlockN / kClusterM;
   static constexpr uint32_t kBBytesPerCta = kBRowsPerCta * 128;
   static_assert(kABytes % 1024 == 0 && kBBytesPerCta % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
-  // From a 1024-byte-aligned base: the A ring, the B ring, full[stage] and empty[stage] barriers, then
-  // the unit each stage belongs to (dynamically ordered split plans: the producer tells the consumers).
+  // From a 1024-byte-aligned base: the A ring, the B ring, then full[stage] and empty[stage] barriers.
   static constexpr uint32_t kOffA = 0;
   static constexpr uint32_t kOffB = kOffA + kStages * kABytes;
   static constexpr uint32_t kOffBar = kOffB + kStages * kBBytes;
-  static constexpr uint32_t kOffUnit = kOffBar + 2 * kStages * 8;
-  static constexpr uint32_t kSmemBytes = kOffUnit + kStages * 4 + 1024;  // + alignment slack
+  static constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
 };
 

@@ -1,9 +1,8 @@
 // The GEMM core's main loop: the TMA producer and the consumer warpgroups.
 //
 // Both walk the same units (gemm_schedule.h): CTA b takes units b, b + gridDim.x, ... (a persistent
-// grid of at most one CTA per SM). In clusters along M (C::kClusterM > 1) the cluster walks the units,
-// its CTAs on adjacent M tiles sharing W. Split plans (small M) take their first units so and then claim
-// the next from a counter (UnitOrder), telling the consumers each stage's unit through shared memory.
+// grid of at most one CTA per SM; every unit costs the same, so a static order balances). In clusters
+// along M (C::kClusterM > 1) the cluster walks the units, its CTAs on adjacent M tiles sharing W.
 // The producer (one thread) streams each unit's K blocks into a kStages-deep ring: A (kBlockM, kBlockK)
 // and B (kBlockN, kBlockK) per stage, guarded by a full barrier (TMA bytes landed) and an empty one
 // (every consumer warp done reading). It runs ahead into the next unit while the consumers store
@@ -71,29 +70,15 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar) {
   }
 }
 
-// Whether this launch orders its units dynamically: split plans, which run one consumer and no cluster.
-template <class C>
-__device__ __forceinline__ bool dynamic_units(const GemmParams& p) {
-  return C::kConsumers == 1 && C::kClusterM == 1 && p.unit_counter != nullptr;
+// Calls f(unit, kb) for each K block this CTA's producer loads, in ring order, while f returns true.
+template <class C, class F>
+__device__ __forceinline__ void for_each_stage(const GemmParams& p, const GemmWalk<C>& walk, F&& f) {
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
+    const GemmUnit unit = walk.unit(p, u);
+    for (int kb = unit.k_begin; kb < unit.k_end; ++kb)
+      if (!f(unit, kb)) return;
+  }
 }
-
-// The producer's order of units. Statically each unit costs the same, yet the SMs do not finish
-// together: the last wave is short of whole units and the DRAM serves some SMs slower (on the H100
-// the 7B decode GEMMs' CTAs ended 5-8% apart). Dynamically ordered launches take their first
-// static_rounds units statically (no atomic: their W may go out before the PDL wait), then claim the
-// next unit from the counter, so that all finish within about one unit (kUnitKBlocks) of each other.
-template <class C>
-struct UnitOrder {
-  int u, round = 0;
-  __device__ __forceinline__ explicit UnitOrder(const GemmWalk<C>& walk) : u(walk.first) {}
-  __device__ __forceinline__ bool next_is_static(const GemmParams& p) const {
-    return !dynamic_units<C>(p) || round + 1 < p.static_rounds;
-  }
-  __device__ __forceinline__ void advance(const GemmParams& p, const GemmWalk<C>& walk) {
-    u = next_is_static(p) ? u + walk.stride : p.static_rounds * walk.stride + atomicAdd(p.unit_counter, 1);
-    ++round;
-  }
-};
 
 // W is a layer's weights, which no kernel of the stream writes: under PDL (kernels/sm90/pdl.h) the first
 // ring of its stages is requested before pdl_wait, so that it streams while the kernel before finishes;
@@ -119,50 +104,28 @@ __device__ __forceinline__ void produce(const GemmParams& p, uint32_t smem) {
     else
       tma_load_2d(b_dst, &p.tma_b, bars.full(stage), k0, b_row);
   };
-  const bool dynamic = dynamic_units<C>(p);
-  auto name_unit = [&](int stage, int u) {
-    if (dynamic) st_shared_s32(smem + C::kOffUnit + 4 * stage, u);  // before the arrive that releases it
-  };
   int ahead = 0;  // stages of the first ring whose W went out before the wait (a fresh ring is free)
-  for (UnitOrder<C> order(walk); p.pdl.on && order.u < walk.count && ahead < C::kStages; order.advance(p, walk)) {
-    const GemmUnit unit = walk.unit(p, order.u);
-    for (int kb = unit.k_begin; kb < unit.k_end && ahead < C::kStages; ++kb) {
-      name_unit(ahead, order.u);
-      arm(ahead);
-      load_b(unit, kb, ahead++);
-    }
-    if (!order.next_is_static(p)) break;
-  }
+  for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
+    if (!p.pdl.on || ahead == C::kStages) return false;
+    arm(ahead);
+    load_b(unit, kb, ahead++);
+    return true;
+  });
   pdl_begin(p.pdl);
   RingPos<C::kStages> pos;
   int i = 0;
-  for (UnitOrder<C> order(walk); order.u < walk.count; order.advance(p, walk)) {
-    const GemmUnit unit = walk.unit(p, order.u);
-    for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
-      if (i++ < ahead) {
-        load_a(unit, kb, pos.stage);
-      } else {
-        mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
-        name_unit(pos.stage, order.u);
-        arm(pos.stage);
-        load_a(unit, kb, pos.stage);
-        load_b(unit, kb, pos.stage);
-      }
-      pos.advance();
+  for_each_stage<C>(p, walk, [&](const GemmUnit& unit, int kb) {
+    if (i++ < ahead) {
+      load_a(unit, kb, pos.stage);
+    } else {
+      mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
+      arm(pos.stage);
+      load_a(unit, kb, pos.stage);
+      load_b(unit, kb, pos.stage);
     }
-  }
-  if (dynamic) {
-    // A stage naming no unit ends the consumers' loop. The last CTA done claiming zeroes the
-    // counters for the next launch (every other CTA's last claim came before its count).
-    mbar_wait(bars.empty(pos.stage), pos.phase ^ 1);
-    name_unit(pos.stage, walk.count);
-    mbar_arrive(bars.full(pos.stage));
-    __threadfence();
-    if (atomicAdd(p.unit_counter + 1, 1) == int(gridDim.x) - 1) {
-      atomicExch(p.unit_counter, 0);
-      atomicExch(p.unit_counter + 1, 0);
-    }
-  }
+    pos.advance();
+    return true;
+  });
 }
 
 // One stage's 4 wgmma (K steps of 32 bytes inside the swizzled rows) into `d`, as one group; the
@@ -225,13 +188,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = Acc(0);
   RingPos<C::kStages> pos;
-  // Dynamically ordered, the unit is the one its first stage names (walk.count: none left).
-  auto unit_at = [&](int static_u) {
-    if (!dynamic_units<C>(p)) return static_u;
-    mbar_wait(bars.full(pos.stage), pos.phase);
-    return ld_shared_s32(smem + C::kOffUnit + 4 * pos.stage);
-  };
-  for (int u = unit_at(walk.first); u < walk.count; u = unit_at(u + walk.stride)) {
+  for (int u = walk.first; u < walk.count; u += walk.stride) {
     const GemmUnit unit = walk.unit(p, u);
     const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {

@@ -14,16 +14,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// A 32-bit word of shared memory by its shared-window address (what the barrier wrappers take).
-__device__ __forceinline__ void st_shared_s32(uint32_t addr, int v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
-  int v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
 // ---- mbarriers (64-bit words in shared memory) ----
 // Position in a ring of kStages mbarrier-guarded buffers: the stage and the parity of its current
 // fill, which is what a wait on the stage's barrier names.

@@ -86,7 +86,6 @@ class CoreGemm : public Instance {
            kernels::gemm::PlanOptions options, cudaStream_t stream)
       : extra_(std::move(extra)) {
     options.block_scales = args.a_block_scale != nullptr;
-    options.last_split = reduce == kernels::gemm::SplitReduce::last_split;
     const auto plan =
         kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands, options);
     workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan, reduce), "gemm split-K partials");

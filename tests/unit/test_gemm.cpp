@@ -28,8 +28,6 @@ using kernels::gemm::wave_efficiency;
 constexpr int kH100Sms = 132;
 // The split-K wgmma plan at small M (the default), and the streaming kernel (the rung ours_v3_stream).
 constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true};
-// The split-K plan whose partials the last split sums (ours_v2): the wave rule alone.
-constexpr kernels::gemm::PlanOptions kLastSplit{false, false, false, true};
 
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
@@ -75,56 +73,32 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
 }
 
 TEST(GemmPlan, SplitKDecodeStreamsTheWeightsThroughEverySm) {
-  // The wave rule (last_split's plans): 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units,
-  // 97% of one wave of 132.
-  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, kernels::gemm::Operands::bf16, kLastSplit);
+  // 7B O at M = 1: 32 tiles of 64x128; 4 splits make 128 units, 97% of one wave of 132.
+  const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
   EXPECT_EQ(p.tile, TileShape::m64n128);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.units(), 128);
   EXPECT_EQ(p.grid(kH100Sms), 128);
   // 70B QKV at M = 16: 80 tiles; 2 splits make 160 (61% of two waves), 3 make 240 (91%).
-  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms, kernels::gemm::Operands::bf16, kLastSplit).splits, 3);
-}
-
-TEST(GemmPlan, DynamicSplitsCutKIntoSmallUnitsWhileThePartialsStaySmall) {
-  using kernels::gemm::Operands;
-  // 7B O at M = 1: 16 splits of 4 K blocks (64 KB of W each), 512 units handed out in turn.
-  const GemmPlan o = plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kSplitK);
-  EXPECT_EQ(o.splits, 16);
-  EXPECT_EQ(o.k_blocks / o.splits, kernels::gemm::kUnitKBlocks);
-  EXPECT_EQ(o.grid(kH100Sms), kH100Sms);
-  // 7B down (K = 11008, 172 blocks): kMaxSplits caps the count.
-  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kSplitK).splits, kernels::gemm::kMaxSplits);
-  // M = 16: the partials (splits·16·4 bytes a column) stay within 1/16 of W (4096·2): 8 splits.
-  EXPECT_EQ(plan_gemm(16, 12288, 4096, kH100Sms, Operands::bf16, kSplitK).splits, 8);
-  // M = 64 allows 2, but the wave rule wants 4 (32 tiles).
-  EXPECT_EQ(plan_gemm(64, 4096, 4096, kH100Sms, Operands::bf16, kSplitK).splits, 4);
+  EXPECT_EQ(plan_gemm(16, 10240, 8192, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 3);
 }
 
 TEST(GemmPlan, SplitsKeepTheirMinimumKAndTheirCap) {
   for (int64_t k : {64, 200, 256, 512, 4096, 28672})
     for (int64_t n : {128, 1000, 4096, 57344})
-      for (int64_t m : {1, 17, 64})
-        for (const auto& options : {kSplitK, kLastSplit}) {
-          SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k << (options.last_split ? " last_split" : ""));
-          const GemmPlan p = plan_gemm(m, n, k, kH100Sms, kernels::gemm::Operands::bf16, options);
-          EXPECT_EQ(p.tile, TileShape::m64n128);
-          EXPECT_GE(p.splits, 1);
-          EXPECT_LE(p.splits, kernels::gemm::kMaxSplits);
-          if (p.splits > 1) EXPECT_GE(p.k_blocks / p.splits, kernels::gemm::kMinSplitKBlocks);
-          const GemmPlan wave = plan_gemm(m, n, k, kH100Sms, kernels::gemm::Operands::bf16, kLastSplit);
-          if (options.last_split) {
-            // No split count within the limits fills the waves better where the chosen one misses the aim.
-            const int64_t tiles = p.m_tiles * p.n_tiles;
-            if (wave_efficiency(p.units(), kH100Sms) < kernels::gemm::kMinWaveEfficiency)
-              for (int s = 1; s <= kernels::gemm::kMaxSplits && p.k_blocks / s >= kernels::gemm::kMinSplitKBlocks; ++s)
-                EXPECT_LE(wave_efficiency(tiles * s, kH100Sms), wave_efficiency(p.units(), kH100Sms) + 1e-9) << s;
-          } else {
-            // At least the wave rule's splits; past them only while the partials stay within their share.
-            EXPECT_GE(p.splits, wave.splits);
-            if (p.splits > wave.splits) EXPECT_LE(p.splits * m * 4 * kernels::gemm::kPartialShareOfW, k * 2);
-          }
-        }
+      for (int64_t m : {1, 17, 64}) {
+        SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k);
+        const GemmPlan p = plan_gemm(m, n, k, kH100Sms, kernels::gemm::Operands::bf16, kSplitK);
+        EXPECT_EQ(p.tile, TileShape::m64n128);
+        EXPECT_GE(p.splits, 1);
+        EXPECT_LE(p.splits, kernels::gemm::kMaxSplits);
+        if (p.splits > 1) EXPECT_GE(p.k_blocks / p.splits, kernels::gemm::kMinSplitKBlocks);
+        // No split count within the limits fills the waves better where the chosen one misses the aim.
+        const int64_t tiles = p.m_tiles * p.n_tiles;
+        if (wave_efficiency(p.units(), kH100Sms) < kernels::gemm::kMinWaveEfficiency)
+          for (int s = 1; s <= kernels::gemm::kMaxSplits && p.k_blocks / s >= kernels::gemm::kMinSplitKBlocks; ++s)
+            EXPECT_LE(wave_efficiency(tiles * s, kH100Sms), wave_efficiency(p.units(), kH100Sms) + 1e-9) << s;
+      }
   // K of one block cannot be split.
   EXPECT_EQ(plan_gemm(1, 4096, 64, kH100Sms, kernels::gemm::Operands::bf16, kSplitK).splits, 1);
 }
@@ -166,10 +140,10 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   // FP8 promotes each stage into a second set of accumulators: 64x128 per consumer at most.
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
-  // K = 4096 is 32 one-byte blocks: 7B O at M = 1 splits 8 ways, each 4 blocks (64 KB of W).
+  // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kSplitK);
   EXPECT_EQ(p.k_blocks, 32);
-  EXPECT_EQ(p.splits, 8);
+  EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.operands, Operands::e4m3);
 }
 
