@@ -112,18 +112,9 @@ std::string ffn_unsupported(const FfnArgs& a) {
   return "";
 }
 
-// SplitReduce::caller leaves only the down GEMM's sum to the caller: the down GEMM reads h as bf16 (or
-// E4M3) through TMA, so the gate|up GEMM's reduce kernel runs.
-namespace {
-gemm::SplitReduce up_reduce(gemm::SplitReduce reduce) {
-  return reduce == gemm::SplitReduce::caller ? gemm::SplitReduce::kernel : reduce;
-}
-}  // namespace
-
 size_t ffn_workspace_bytes(const FfnArgs& a, gemm::SplitReduce reduce, gemm::PlanOptions options) {
   const FfnPlans plans(a, options);
-  return size_t(h_bytes(a) +
-                round_up_256(int64_t(gemm::gemm_workspace_bytes(up_args(a, nullptr), plans.up, up_reduce(reduce)))) +
+  return size_t(h_bytes(a) + round_up_256(int64_t(gemm::gemm_workspace_bytes(up_args(a, nullptr), plans.up, reduce))) +
                 round_up_256(int64_t(gemm::gemm_workspace_bytes(down_args(a, nullptr), plans.down, reduce))));
 }
 
@@ -140,9 +131,9 @@ FfnLaunch prepare_ffn(const FfnArgs& a, void* workspace, cudaStream_t stream, ge
   char* h = static_cast<char*>(workspace);
   char* up_ws = h + h_bytes(a);
   const gemm::GemmArgs up = up_args(a, h);
-  char* down_ws = up_ws + round_up_256(int64_t(gemm::gemm_workspace_bytes(up, plans.up, up_reduce(reduce))));
+  char* down_ws = up_ws + round_up_256(int64_t(gemm::gemm_workspace_bytes(up, plans.up, reduce)));
   FfnLaunch l;
-  l.up = gemm::prepare_gemm(up, plans.up, up_ws, stream, up_reduce(reduce));
+  l.up = gemm::prepare_gemm(up, plans.up, up_ws, stream, reduce);
   l.down = gemm::prepare_gemm(down_args(a, h), plans.down, down_ws, stream, reduce);
   return l;
 }

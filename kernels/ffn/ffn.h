@@ -57,8 +57,6 @@ struct FfnLaunch {
 const char* ffn_kind_name(FfnKind kind);  // "swiglu", "gelu"
 // Why the FFN cannot run these args on the current device ("" if it can).
 std::string ffn_unsupported(const FfnArgs& args);
-// SplitReduce::caller applies to the down GEMM (y is then gemm::gemm_out(launch.down): its partials
-// where K is split; the residual must then be null); the gate|up GEMM's reduce kernel still runs.
 // Device memory beside the operands: h [m, ffn] (bf16 or E4M3), then each GEMM's split-K workspace.
 // `options`: what both GEMMs' plans may choose (the streaming kernel at decode M by default).
 size_t ffn_workspace_bytes(const FfnArgs& args, gemm::SplitReduce reduce = gemm::SplitReduce::last_split,

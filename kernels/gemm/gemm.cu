@@ -263,15 +263,6 @@ void check_epilogue(const GemmArgs& args) {
     throw std::invalid_argument("gemm silu_gated: takes no column scales, bias or residual");
 }
 
-// SplitReduce::caller: the reader adds the partials and rounds; it applies no epilogue.
-void check_plain_epilogue(const Epilogue& e) {
-  if (e.alpha != 1.f || e.a_scale || e.b_scale || e.row_scale || e.col_scale || e.bias || e.residual ||
-      e.activation != Activation::none || e.out_scale)
-    throw std::invalid_argument(
-        "gemm: SplitReduce::caller leaves the sum of the splits to the next kernel, which applies no epilogue: "
-        "alpha must be 1 and scales, bias, residual and activation absent");
-}
-
 }  // namespace
 
 size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
@@ -290,7 +281,6 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   if ((args.a_block_scale != nullptr) != (args.b_block_scale != nullptr))
     throw std::invalid_argument("gemm: block scales for both operands or for neither");
   check_epilogue(args);
-  if (reduce == SplitReduce::caller) check_plain_epilogue(args.epilogue);
   const bool streams = plan.tile == TileShape::stream;
   if (streams && (args.m > tile_m(plan.tile) || args.a_block_scale ||
                   plan.splits != (plan.k_blocks + kStreamStageBlocks - 1) / kStreamStageBlocks))
@@ -337,7 +327,6 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.group = plan.group;
   p.pdl.on = false;
   p.epilogue = args.epilogue;
-  l.caller_sums = reduce == SplitReduce::caller && plan.splits > 1 && !streams;
   return l;
 }
 
@@ -351,17 +340,12 @@ void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
     return;
   }
   with_config(l.plan, [&](auto tag) { launch_config<typename decltype(tag)::type>(l, stream); });
-  if (l.plan.splits > 1 && !l.params.tile_counters && !l.caller_sums) {
+  if (l.plan.splits > 1 && !l.params.tile_counters) {
     const bool gated = l.params.epilogue.activation == Activation::silu_gated;
     const int64_t total = int64_t(l.params.m) * (gated ? l.params.epilogue.gated_cols : l.params.n);
     const int blocks = int(std::min<int64_t>((total + 255) / 256, int64_t(l.grid) * 8));
     launch_kernel(gated ? splitk_reduce_gated_kernel : splitk_reduce_kernel, blocks, 256, 0, stream, l.params);
   }
-}
-
-GemmOut gemm_out(const GemmLaunch& l) {
-  if (!l.caller_sums) return {l.params.out};
-  return {l.params.out, l.params.partial, l.plan.splits, int64_t(l.params.m) * l.params.n};
 }
 
 }  // namespace topt::kernels::gemm

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/gemm/gemm_out.h"
 #include "kernels/gemm/gemm_plan.h"
 #include "kernels/sm90/pdl.h"
 
@@ -93,16 +92,13 @@ struct GemmLaunch {
   GemmPlan plan;
   GemmParams params;
   int grid = 0;
-  bool caller_sums = false;  // SplitReduce::caller with K split: no reduce kernel (gemm_out)
 };
 
 // Why the core cannot run this problem on the current device, or "" if it can.
 std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales = false);
-// Where a split plan's partials are summed: by a second kernel, by the last split of each tile to
-// finish, in the GEMM kernel (no second launch; a counter per tile in the workspace), or by the
-// caller's next kernel, which reads gemm_out (no second launch, and no round trip of y; the epilogue
-// must then be the plain one: no scales, bias, residual or activation, alpha 1).
-enum class SplitReduce { kernel, last_split, caller };
+// Where a split plan's partials are summed: by a second kernel, or by the last split of each tile to
+// finish, in the GEMM kernel (no second launch; a counter per tile in the workspace).
+enum class SplitReduce { kernel, last_split };
 // Device memory the plan needs beside the operands: the split-K partials (and counters), or the
 // streaming kernel's sums and counters of the strips its CTAs share (zeroed at prepare, left zero).
 size_t gemm_workspace_bytes(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce = SplitReduce::kernel);
@@ -112,8 +108,5 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
                         SplitReduce reduce = SplitReduce::kernel);
 // Enqueues the GEMM (and, with splits, the reduce kernel) on `stream`; never synchronizes.
 void run_gemm(const GemmLaunch& launch, cudaStream_t stream);
-// Where the next kernel reads the launch's output: its partials where it left their sum to the caller
-// (SplitReduce::caller with K split), else y.
-GemmOut gemm_out(const GemmLaunch& launch);
 
 }  // namespace topt::kernels::gemm

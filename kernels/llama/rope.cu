@@ -72,11 +72,10 @@ constexpr double kTwoPi = 6.283185307179586476925286766559;
 // once and reused for every head it takes: the angle pos · base^(−2i/d) in double, reduced modulo 2π in
 // double (error ~1e-12 rad at position 16k), then __sincosf on [−π, π] (absolute error ≤ 2^-21.4).
 // Each head: two 16-byte loads, two 16-byte stores; no shared memory.
-// Where `sums` is split, qkv is the sum of the QKV GEMM's partials (gemm_out.h), rounded to T here.
 template <class T, int kVec, class KvOut>
 __global__ void __launch_bounds__(kRopeThreads)
-    rope_kernel(const T* __restrict__ qkv, const gemm::GemmOut sums, const int32_t* __restrict__ positions, T* q,
-                KvOut kv_out, int heads, int kv_heads, int head_dim, const InvFreqs inv_freqs, PdlLaunch pdl) {
+    rope_kernel(const T* __restrict__ qkv, const int32_t* __restrict__ positions, T* q, KvOut kv_out, int heads,
+                int kv_heads, int head_dim, const InvFreqs inv_freqs, PdlLaunch pdl) {
   pdl_begin(pdl);
   using Vec = Pack<T, kVec>;
   const int64_t token = blockIdx.x;
@@ -89,22 +88,10 @@ __global__ void __launch_bounds__(kRopeThreads)
     const double angle = double(pos) * inv_freqs.v[j * kVec + e];
     __sincosf(float(fma(-rint(angle * (1.0 / kTwoPi)), kTwoPi, angle)), &s[e], &c[e]);
   }
+  const T* row = qkv + token * row_heads * head_dim;  // (row_heads, head_dim)
   for (int h = int(blockIdx.y) * lanes + lane; h < row_heads; h += int(gridDim.y) * lanes) {
-    const int64_t at = (token * row_heads + h) * head_dim + j * kVec;  // (token, h, j·kVec) of qkv
-    Vec x1, x2;
-    if (sums.split()) {
-      float a[kVec] = {}, b[kVec] = {};
-#pragma unroll 4
-      for (int s = 0; s < sums.splits; ++s) {
-        sums.add_split(s, at, a);
-        sums.add_split(s, at + half, b);
-      }
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) x1.e[e] = from_f32<T>(a[e]), x2.e[e] = from_f32<T>(b[e]);
-    } else {
-      x1 = *reinterpret_cast<const Vec*>(qkv + at);
-      x2 = *reinterpret_cast<const Vec*>(qkv + at + half);
-    }
+    const T* src = row + h * head_dim + j * kVec;
+    Vec x1 = *reinterpret_cast<const Vec*>(src), x2 = *reinterpret_cast<const Vec*>(src + half);
     T* dst;
     if (h < heads + kv_heads) {
 #pragma unroll
@@ -127,13 +114,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // `outputs`: every base pointer the kernel writes through (16-byte vectors need them aligned).
 template <class KvOutOf>
-void launch_rope(const gemm::GemmOut& in, const int32_t* positions, void* q, const RopeShape& s,
+void launch_rope(const void* qkv, const int32_t* positions, void* q, const RopeShape& s,
                  std::initializer_list<const void*> outputs, KvOutOf kv_out_of, cudaStream_t stream) {
   if (std::string why = rope_unsupported(s); !why.empty()) throw Unsupported("rope: " + why);
-  if (in.split() && (s.dtype != DType::bf16 || in.split_stride != s.tokens * (s.heads + 2 * s.kv_heads) * s.head_dim))
-    throw std::invalid_argument("rope: qkv's partials must be a bf16 GEMM's [splits, tokens, heads + 2·kv_heads, head_dim]");
   if (s.tokens == 0) return;
-  const void* qkv = in.y;
   InvFreqs inv_freqs{};
   const int half = s.head_dim / 2;
   for (int i = 0; i < half; ++i) inv_freqs.v[i] = std::pow(double(s.base), -2.0 * i / s.head_dim);
@@ -150,8 +134,8 @@ void launch_rope(const gemm::GemmOut& in, const int32_t* positions, void* q, con
       const int64_t splits = std::min<int64_t>((row_heads + lanes - 1) / lanes,
                                                std::max<int64_t>(1, wanted_threads / (s.tokens * block.x)));
       launch_kernel(kernel, dim3(unsigned(s.tokens), unsigned(splits)), block, 0, stream,
-          static_cast<const T*>(qkv), in, positions, static_cast<T*>(q), kv_out_of(tag), s.heads, s.kv_heads,
-          s.head_dim, inv_freqs);
+          static_cast<const T*>(qkv), positions, static_cast<T*>(q), kv_out_of(tag), s.heads, s.kv_heads, s.head_dim,
+          inv_freqs);
     };
     using KvOut = decltype(kv_out_of(tag));
     if (wide) launch(rope_kernel<T, kWide, KvOut>, kWide);
@@ -172,11 +156,6 @@ std::string rope_unsupported(const RopeShape& s) {
 
 void rope_qkv(const void* qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& s,
               cudaStream_t stream) {
-  rope_qkv(gemm::GemmOut{qkv}, positions, q, k, v, s, stream);
-}
-
-void rope_qkv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& s,
-              cudaStream_t stream) {
   launch_rope(qkv, positions, q, s, {k, v}, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return PackedKv<T>{static_cast<T*>(k), static_cast<T*>(v), s.heads, s.kv_heads, s.head_dim};
@@ -185,11 +164,6 @@ void rope_qkv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, void*
 
 void rope_append_kv(const void* qkv, const int32_t* positions, void* q, const PagedKv& kv, const RopeShape& s,
                     cudaStream_t stream) {
-  rope_append_kv(gemm::GemmOut{qkv}, positions, q, kv, s, stream);
-}
-
-void rope_append_kv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, const PagedKv& kv,
-                    const RopeShape& s, cudaStream_t stream) {
   if (kv.kv_heads != s.kv_heads || kv.head_dim != s.head_dim || kv.dtype != s.dtype || kv.batch < 1 ||
       s.tokens % kv.batch)
     throw std::invalid_argument(

@@ -10,7 +10,6 @@
 
 #include "harness/dtype.h"
 #include "kernels/attention/paged_kv.h"
-#include "kernels/gemm/gemm_out.h"
 
 namespace topt::kernels {
 
@@ -34,11 +33,6 @@ std::string rope_unsupported(const RopeShape& shape);
 // ~1e-3 of an fp32 product (a quarter of a bf16 rounding).
 void rope_qkv(const void* qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& shape,
               cudaStream_t stream);
-// Both also take qkv as the QKV GEMM's output (gemm_out.h): where that GEMM left the sum of its K splits
-// to this kernel (SplitReduce::caller, bf16), qkv is the partials' sum rounded to bf16, the same bit for
-// bit as its reduce kernel's, with one launch fewer.
-void rope_qkv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, void* k, void* v, const RopeShape& shape,
-              cudaStream_t stream);
 
 // The decode step's fused form: q_len = tokens / batch new tokens per sequence (token b·q_len + t is
 // sequence b's t-th; q_len 1 in a plain step, K + 1 in speculation's verify pass), q rotated into
@@ -47,7 +41,5 @@ void rope_qkv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, void*
 // position again gives the same cache. One launch: RoPE and the KV append fused.
 void rope_append_kv(const void* qkv, const int32_t* positions, void* q, const PagedKv& kv, const RopeShape& shape,
                     cudaStream_t stream);
-void rope_append_kv(const gemm::GemmOut& qkv, const int32_t* positions, void* q, const PagedKv& kv,
-                    const RopeShape& shape, cudaStream_t stream);
 
 }  // namespace topt::kernels

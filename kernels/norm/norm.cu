@@ -1,6 +1,3 @@
-#include <stdexcept>
-#include <string>
-
 #include "harness/cuda_check.h"
 #include "kernels/norm/norm.cuh"
 #include "kernels/norm/norm.h"
@@ -30,20 +27,18 @@ const char* norm_name(NormKind kind) {
 }
 
 template <NormKind kKind>
-void launch_norm(const gemm::GemmOut& x, const void* residual, const void* w, const void* b, void* h, void* y,
-                 int64_t rows, int64_t hidden, float eps, DType dtype, RowSplit split, cudaStream_t stream) {
+void launch_norm(const void* x, const void* residual, const void* w, const void* b, void* h, void* y, int64_t rows,
+                 int64_t hidden, float eps, DType dtype, RowSplit split, cudaStream_t stream) {
   if (auto why = row_unsupported(rows, hidden, dtype, "hidden"); !why.empty())
     throw Unsupported(std::string(norm_name(kKind)) + ": " + why);
-  if (x.split() && x.split_stride != rows * hidden)
-    throw std::invalid_argument(std::string(norm_name(kKind)) + ": x's partials are not [splits, rows, hidden]");
   const RowTiling tiling = choose_row_tiling(hidden, dtype, kNormVectorsPerThread<kKind>);
-  const int slice_vec = split == RowSplit::cluster_when_rows_are_few && !x.split()
-                            ? cluster_slice_vectors(rows, hidden / tiling.vec, kClusterVpt)
-                            : 0;  // partials: one block per row (the cluster kernel reads x itself)
+  const int slice_vec =
+      split == RowSplit::cluster_when_rows_are_few ? cluster_slice_vectors(rows, hidden / tiling.vec, kClusterVpt) : 0;
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const NormArgs<T> args{static_cast<const T*>(x.y), x, static_cast<const T*>(residual), static_cast<const T*>(w),
-                           static_cast<const T*>(b), static_cast<T*>(h), static_cast<T*>(y), int(hidden), eps};
+    const NormArgs<T> args{static_cast<const T*>(x), static_cast<const T*>(residual), static_cast<const T*>(w),
+                           static_cast<const T*>(b),  static_cast<T*>(h),              static_cast<T*>(y),
+                           int(hidden),               eps};
     if (slice_vec > 0) {
       dispatch_int<1, 2, 4, 8>(tiling.vec, [&](auto vec) {
         launch_on_clusters(norm_cluster_kernel<T, decltype(vec)::value, kClusterVpt, kKind>, rows, slice_vec,
@@ -78,22 +73,17 @@ void layernorm_forward(const void* x, const void* w, const void* b, void* y, int
 
 void rmsnorm_forward(const void* x, const void* w, void* y, int64_t rows, int64_t hidden, float eps, DType dtype,
                      RowSplit split, cudaStream_t stream) {
-  launch_norm<NormKind::rms>({x}, nullptr, w, nullptr, nullptr, y, rows, hidden, eps, dtype, split, stream);
+  launch_norm<NormKind::rms>(x, nullptr, w, nullptr, nullptr, y, rows, hidden, eps, dtype, split, stream);
 }
 
 void add_rmsnorm_forward(const void* x, const void* residual, const void* w, void* h, void* y, int64_t rows,
                          int64_t hidden, float eps, DType dtype, RowSplit split, cudaStream_t stream) {
-  launch_norm<NormKind::add_rms>({x}, residual, w, nullptr, h, y, rows, hidden, eps, dtype, split, stream);
-}
-
-void add_rmsnorm_forward(const gemm::GemmOut& x, const void* residual, const void* w, void* h, void* y, int64_t rows,
-                         int64_t hidden, float eps, DType dtype, cudaStream_t stream) {
-  launch_norm<NormKind::add_rms>(x, residual, w, nullptr, h, y, rows, hidden, eps, dtype, RowSplit::block, stream);
+  launch_norm<NormKind::add_rms>(x, residual, w, nullptr, h, y, rows, hidden, eps, dtype, split, stream);
 }
 
 void layernorm_forward(const void* x, const void* w, const void* b, void* y, int64_t rows, int64_t hidden, float eps,
                        DType dtype, RowSplit split, cudaStream_t stream) {
-  launch_norm<NormKind::layer>({x}, nullptr, w, b, nullptr, y, rows, hidden, eps, dtype, split, stream);
+  launch_norm<NormKind::layer>(x, nullptr, w, b, nullptr, y, rows, hidden, eps, dtype, split, stream);
 }
 
 }  // namespace topt::kernels

@@ -1,7 +1,6 @@
 // The norm kernel behind RMSNorm, residual-add + RMSNorm and LayerNorm: one block per row, the row
 // held in registers from its one read to its one write.
 #pragma once
-#include "kernels/gemm/gemm_out.h"
 #include "kernels/norm/row_tile.cuh"
 #include "kernels/sm90/pdl.cuh"
 
@@ -15,8 +14,7 @@ enum class NormKind {
 
 template <class T>
 struct NormArgs {
-  const T* x;         // [rows, hidden]; where x_sums.split(), x is instead the sum of a GEMM's partials
-  gemm::GemmOut x_sums;
+  const T* x;         // [rows, hidden]
   const T* residual;  // [rows, hidden], add_rms only
   const T* w;         // [hidden]
   const T* b;         // [hidden], layer only
@@ -39,19 +37,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(const NormArgs<T> 
   const size_t row = size_t(blockIdx.x) * a.hidden;
 
   Frag x, w, b;
-  if (a.x_sums.split()) {
-    // x is the GEMM's split-K partials summed and rounded to T (gemm_out.h): all of a split's loads go
-    // out together, the splits in order.
-    float v[kVpt][kVec] = {};
-#pragma unroll 4
-    for (int s = 0; s < a.x_sums.splits; ++s)
-#pragma unroll
-      for (int i = 0; i < kVpt; ++i)
-        if (Frag::vec_index(i) < n_vec) a.x_sums.add_split(s, int64_t(row) + Frag::col(i, 0), v[i]);
-    x.assign([&](int i, int j) { return v[i][j]; });
-  } else {
-    x.load(a.x + row, n_vec, 0.f);
-  }
+  x.load(a.x + row, n_vec, 0.f);
   if constexpr (kKind == NormKind::add_rms) {
     Frag r;
     r.load(a.residual + row, n_vec, 0.f);

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "harness/dtype.h"
-#include "kernels/gemm/gemm_out.h"
 #include "kernels/norm/row_tiling.h"
 
 namespace topt::kernels {
@@ -20,12 +19,6 @@ void rmsnorm_forward(const void* x, const void* w, void* y, int64_t rows, int64_
 // h = x + residual (rounded to the dtype, as the next layer reads it), then y = rmsnorm(h) · w. h may
 // be x or residual (in place): each element is read before it is written, by the same thread.
 void add_rmsnorm_forward(const void* x, const void* residual, const void* w, void* h, void* y, int64_t rows,
-                         int64_t hidden, float eps, DType dtype, cudaStream_t stream);
-
-// The same with x the output of the GEMM before (gemm_out.h): where that GEMM left the sum of its K
-// splits to this kernel (SplitReduce::caller), x is the partials' sum rounded to the dtype, which the
-// GEMM's reduce kernel would have stored, and the result is the same bit for bit, one launch fewer.
-void add_rmsnorm_forward(const gemm::GemmOut& x, const void* residual, const void* w, void* h, void* y, int64_t rows,
                          int64_t hidden, float eps, DType dtype, cudaStream_t stream);
 
 // y = (x − mean) · rsqrt(var + eps) · w + b, biased variance; w, b [hidden].

@@ -11,7 +11,6 @@
 
 #include "harness/op.h"
 #include "harness/tensor.h"
-#include "kernels/gemm/gemm_out.h"
 #include "suites/llama/llama_model.h"
 
 namespace topt::suites {
@@ -130,14 +129,13 @@ class StepInstance : public GraphedInstance {
 
 // Ours' GEMMs of one layer, on the activations of a StepInstance: qkv (xn → qkv), o_proj (o → y) and
 // the FFN (xn → y): the GEMM core and the fused FFN on bf16 weights, the weight-only decode GEMM on
-// w4a16 weights. Each returns where the next kernel reads its output: act's tensor, or the split-K
-// partials the core left for that kernel to sum (SplitReduce::caller, the ours_v3 rung).
+// w4a16 weights.
 class OursLayerGemms {
  public:
   virtual ~OursLayerGemms() = default;
-  virtual kernels::gemm::GemmOut qkv(int layer, cudaStream_t stream) const = 0;
-  virtual kernels::gemm::GemmOut o_proj(int layer, cudaStream_t stream) const = 0;
-  virtual kernels::gemm::GemmOut ffn(int layer, cudaStream_t stream) const = 0;
+  virtual void qkv(int layer, cudaStream_t stream) const = 0;
+  virtual void o_proj(int layer, cudaStream_t stream) const = 0;
+  virtual void ffn(int layer, cudaStream_t stream) const = 0;
   virtual size_t workspace_bytes() const = 0;
 };
 
@@ -154,10 +152,6 @@ std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* l
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 // ours with every kernel launched under programmatic dependent launch (kernels/sm90/pdl.h).
 std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
-// ours_v2_pdl with the split-K sums of qkv, o_proj and down added by RoPE and the norms that read them
-// (SplitReduce::caller): three launches fewer per layer.
-std::unique_ptr<StepInstance> make_ours_fused_sums_step(const DecodeStepProblem& p, void* logits_out,
-                                                        cudaStream_t stream);
 // Why ours cannot compose a decode_step case ("" if it can).
 std::string ours_step_unsupported(const Case& c);
 

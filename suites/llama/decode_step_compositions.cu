@@ -173,9 +173,8 @@ class PeerStep : public StepInstance {
 // Ours' layer GEMMs on bf16 weights: the GEMM core (qkv, o_proj) and the fused FFN.
 class CoreLayerGemms : public OursLayerGemms {
  public:
-  CoreLayerGemms(const DecodeStepProblem& p, const StepActivations& act, kernels::gemm::SplitReduce reduce,
-                 cudaStream_t stream)
-      : ffn_(p.weights, p.shape.model, act, p.shape.rows(), stream, nullptr, nullptr, reduce), gemms_(reduce) {
+  CoreLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream)
+      : ffn_(p.weights, p.shape.model, act, p.shape.rows(), stream) {
     const LlamaShape& m = p.shape.model;
     const int64_t rows = p.shape.rows();
     for (const LlamaLayerWeights& w : p.weights.layers) {
@@ -185,51 +184,34 @@ class CoreLayerGemms : public OursLayerGemms {
     }
     gemms_.prepare(stream);
   }
-  kernels::gemm::GemmOut qkv(int l, cudaStream_t s) const override { return run(layer_first_[size_t(l)], s); }
-  kernels::gemm::GemmOut o_proj(int l, cudaStream_t s) const override { return run(layer_first_[size_t(l)] + 1, s); }
-  kernels::gemm::GemmOut ffn(int l, cudaStream_t s) const override {
-    ffn_.run(l, s);
-    return ffn_.out(l);
-  }
+  void qkv(int l, cudaStream_t s) const override { gemms_.run(layer_first_[size_t(l)], s); }
+  void o_proj(int l, cudaStream_t s) const override { gemms_.run(layer_first_[size_t(l)] + 1, s); }
+  void ffn(int l, cudaStream_t s) const override { ffn_.run(l, s); }
   size_t workspace_bytes() const override { return gemms_.workspace_bytes() + ffn_.workspace_bytes(); }
 
  private:
-  kernels::gemm::GemmOut run(size_t gemm, cudaStream_t s) const {
-    gemms_.run(gemm, s);
-    return gemms_.out(gemm);
-  }
-
   OursFfn ffn_;
   CoreGemms gemms_;
   std::vector<size_t> layer_first_;  // per layer: its qkv GEMM's index, o_proj's next
 };
 
-// What sets the rungs of ours apart: programmatic dependent launch (kernels/sm90/pdl.h), and the split-K
-// sums of qkv, o_proj and the FFN's down GEMM left to the kernel after each (RoPE, the norms).
-struct OursOptions {
-  bool pdl = false;
-  bool sums_in_next_kernel = false;
-};
-
 std::unique_ptr<OursLayerGemms> make_layer_gemms(const DecodeStepProblem& p, const StepActivations& act,
-                                                 const OursOptions& o, cudaStream_t stream) {
+                                                 cudaStream_t stream) {
   if (p.shape.weights == WeightsFormat::w4a16) return make_weight_only_layer_gemms(p, act, stream);
-  using kernels::gemm::SplitReduce;
-  return std::make_unique<CoreLayerGemms>(p, act, o.sums_in_next_kernel ? SplitReduce::caller : SplitReduce::kernel,
-                                          stream);
+  return std::make_unique<CoreLayerGemms>(p, act, stream);
 }
 
 class OursStep : public StepInstance {
  public:
-  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, OursOptions options)
+  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, bool pdl)
       : StepInstance(p, logits_out),
-        pdl_(options.pdl),
+        pdl_(pdl),
         kv0_(p.cache.layer(0, m_)),
         decode_shape_{m_.heads, p.shape.q_len, p.cache.max_len, p.cache.tokens(), p.cache.lengths},
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
         decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace"),
         o_by_head_(p.shape.q_len > 1 ? act_.o->bytes() : 0, "attention output by head"),
-        layers_(make_layer_gemms(p, act_, options, stream)) {
+        layers_(make_layer_gemms(p, act_, stream)) {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
     lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, p.shape.rows(), m_.vocab,
                                          m_.hidden));
@@ -249,19 +231,19 @@ class OursStep : public StepInstance {
     for (int l = 0; l < m_.layers; ++l) {
       const LlamaLayerWeights& w = W.layers[size_t(l)];
       const kernels::PagedKv kv = p_.cache.layer(l, m_);
-      const kernels::gemm::GemmOut qkv = layers_->qkv(l, s);
-      kernels::rope_append_kv(qkv, p_.cache.positions.as<int32_t>(), act_.q->data, kv, rope, s);
+      layers_->qkv(l, s);
+      kernels::rope_append_kv(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, rope, s);
       kernels::attention_decode(act_.q->data, attention_out, kv, decode_shape_, float(attention_scale(m_)), plan_,
                                 decode_ws_.get(), s);
       if (q_len > 1)
         swap_middle_dims(attention_out, act_.o->data, p_.shape.batch, m_.heads, q_len, m_.head_dim, 2, s);
-      const kernels::gemm::GemmOut o = layers_->o_proj(l, s);
-      kernels::add_rmsnorm_forward(o, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data, act_.x->data,
-                                   act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
-      const kernels::gemm::GemmOut f = layers_->ffn(l, s);
+      layers_->o_proj(l, s);
+      kernels::add_rmsnorm_forward(act_.y->data, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data,
+                                   act_.x->data, act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
+      layers_->ffn(l, s);
       const void* next_norm = l + 1 < m_.layers ? W.layers[size_t(l) + 1].attn_norm->data : W.final_norm->data;
-      kernels::add_rmsnorm_forward(f, act_.x->data, next_norm, act_.x->data, act_.xn->data, batch, m_.hidden,
-                                   m_.eps, DType::bf16, s);
+      kernels::add_rmsnorm_forward(act_.y->data, act_.x->data, next_norm, act_.x->data, act_.xn->data, batch,
+                                   m_.hidden, m_.eps, DType::bf16, s);
     }
     gemms_.run(lm_head_, s);
   }
@@ -303,14 +285,10 @@ std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* l
   return std::make_unique<PeerStep>(p, logits_out, stream);
 }
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
-  return std::make_unique<OursStep>(p, logits_out, stream, OursOptions{});
+  return std::make_unique<OursStep>(p, logits_out, stream, false);
 }
 std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
-  return std::make_unique<OursStep>(p, logits_out, stream, OursOptions{true, false});
-}
-std::unique_ptr<StepInstance> make_ours_fused_sums_step(const DecodeStepProblem& p, void* logits_out,
-                                                        cudaStream_t stream) {
-  return std::make_unique<OursStep>(p, logits_out, stream, OursOptions{true, true});
+  return std::make_unique<OursStep>(p, logits_out, stream, true);
 }
 
 }  // namespace topt::suites

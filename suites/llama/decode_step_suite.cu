@@ -488,11 +488,6 @@ void register_decode_step(Registry& registry) {
                                "ours, every kernel launched under programmatic dependent launch: each starts while the "
                                "one before finishes, and the GEMMs stream their first ring of weights before waiting",
                                ours_step_unsupported, make_ours_pdl_step));
-  op.impls.push_back(step_impl("ours_v3_fused_reduce", Role::ours,
-                               "ours_v2_pdl with the split-K sums of the QKV, O and down GEMMs added by the kernels that "
-                               "read them (RoPE + KV append, the two add + RMSNorms), bit for bit as the reduce kernels "
-                               "would: 3 launches fewer per layer",
-                               ours_step_unsupported, make_ours_fused_sums_step));
   registry.add(std::move(op));
 }
 

@@ -63,12 +63,12 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
     }
   }
 
-  g::GemmOut qkv(int l, cudaStream_t s) const override { return run(l, Linear::qkv, s); }
-  g::GemmOut o_proj(int l, cudaStream_t s) const override { return run(l, Linear::o_proj, s); }
-  g::GemmOut ffn(int l, cudaStream_t s) const override {
+  void qkv(int l, cudaStream_t s) const override { run(l, Linear::qkv, s); }
+  void o_proj(int l, cudaStream_t s) const override { run(l, Linear::o_proj, s); }
+  void ffn(int l, cudaStream_t s) const override {
     run(l, Linear::gate_up, s);
     kernels::ffn::silu_mul(gate_up_, rows_, ffn_, h_, nullptr, s);
-    return run(l, Linear::down, s);
+    run(l, Linear::down, s);
   }
   size_t workspace_bytes() const override {
     size_t bytes = 0;
@@ -77,10 +77,9 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
   }
 
  private:
-  g::GemmOut run(int l, Linear which, cudaStream_t s) const {
+  void run(int l, Linear which, cudaStream_t s) const {
     const size_t i = size_t(which);
     g::run_weight_only_decode(args_[size_t(l)][i], plans_[i], workspaces_[i].get(), s);
-    return {args_[size_t(l)][i].out};
   }
 
   int64_t rows_, ffn_;

@@ -141,8 +141,7 @@ size_t CoreGemms::add(const kernels::gemm::GemmArgs& a) {
 
 void CoreGemms::prepare(cudaStream_t stream) {
   workspace_ = DeviceBuffer(std::max<size_t>(bytes_, 16), "GEMM split-K partials");
-  for (auto& [a, plan] : pending_)
-    launches_.push_back(kernels::gemm::prepare_gemm(a, plan, workspace_.get(), stream, reduce_));
+  for (auto& [a, plan] : pending_) launches_.push_back(kernels::gemm::prepare_gemm(a, plan, workspace_.get(), stream));
   pending_.clear();
 }
 
@@ -163,21 +162,23 @@ double OursFfn::interleaved_bytes(const LlamaShape& m, int layers) {
   return 2.0 * double(kernels::ffn::gate_up_rows(m.ffn)) * m.hidden * layers;
 }
 
+// SplitReduce::kernel, as the step's other core GEMMs: the rung whose split-K path is verified.
 OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
-                 cudaStream_t stream, const void* residual, void* out, kernels::gemm::SplitReduce reduce)
+                 cudaStream_t stream, const void* residual, void* out)
     : interleaved_(size_t(interleaved_bytes(m, int(weights.layers.size()))), "interleaved gate|up weights") {
+  constexpr auto kReduce = kernels::gemm::SplitReduce::kernel;
   const size_t layer_bytes = size_t(interleaved_bytes(m, 1));
   kernels::ffn::FfnArgs a = ffn_args(m, rows);
   a.x = act.xn->data;
   a.residual = residual;
   a.y = out ? out : act.y->data;
-  workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, reduce), "FFN workspace");
+  workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, kReduce), "FFN workspace");
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     void* w_in = interleaved_.as<char>() + l * layer_bytes;
     kernels::ffn::interleave_gate_up(weights.layers[l].w_gate_up->data, m.ffn, m.hidden, 2, w_in, stream);
     a.w_in = w_in;
     a.w_out = weights.layers[l].w_down->data;
-    launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, reduce));
+    launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, kReduce));
   }
 }
 

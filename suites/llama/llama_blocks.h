@@ -77,17 +77,13 @@ kernels::gemm::GemmArgs core_gemm_args(const void* x, const void* w, void* y, in
 // once; the split-K partials in one workspace shared by all (they run one after another on one stream).
 class CoreGemms {
  public:
-  // SplitReduce::caller: the kernel after each GEMM reads out(index) (its partials, where K is split).
-  explicit CoreGemms(kernels::gemm::SplitReduce reduce = kernels::gemm::SplitReduce::kernel) : reduce_(reduce) {}
   // Plans a GEMM (sizing the shared workspace) and returns its index; prepare() then encodes them all.
   size_t add(const kernels::gemm::GemmArgs& a);
   void prepare(cudaStream_t stream);
   void run(size_t index, cudaStream_t stream) const { kernels::gemm::run_gemm(launches_[index], stream); }
-  kernels::gemm::GemmOut out(size_t index) const { return kernels::gemm::gemm_out(launches_[index]); }
   size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
-  kernels::gemm::SplitReduce reduce_;
   std::vector<std::pair<kernels::gemm::GemmArgs, kernels::gemm::GemmPlan>> pending_;
   std::vector<kernels::gemm::GemmLaunch> launches_;
   DeviceBuffer workspace_;
@@ -101,12 +97,10 @@ class CoreGemms {
 // 5.8 GB); one workspace (h and the split-K partials) serves every layer, which run in turn.
 class OursFfn {
  public:
-  // x = act.xn; y = `out` (act.y when null). SplitReduce::caller: the kernel after reads out(layer).
+  // x = act.xn; y = `out` (act.y when null).
   OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
-          cudaStream_t stream, const void* residual = nullptr, void* out = nullptr,
-          kernels::gemm::SplitReduce reduce = kernels::gemm::SplitReduce::kernel);
+          cudaStream_t stream, const void* residual = nullptr, void* out = nullptr);
   void run(int layer, cudaStream_t stream) const { kernels::ffn::run_ffn(launches_[size_t(layer)], stream); }
-  kernels::gemm::GemmOut out(int layer) const { return kernels::gemm::gemm_out(launches_[size_t(layer)].down); }
   size_t workspace_bytes() const { return interleaved_.bytes() + workspace_.bytes(); }
   // Bytes of the interleaved copy for `layers` layers.
   static double interleaved_bytes(const LlamaShape& m, int layers);

@@ -302,12 +302,6 @@ void register_spec_decode(Registry& registry) {
                         return std::make_unique<SpecRound>(static_cast<const SpecDecodeProblem&>(p), c, s,
                                                            make_ours_pdl_step);
                       }});
-  op.impls.push_back({"ours_v3_fused_reduce", Role::ours,
-                      "ours on decode_step's ours_v3_fused_reduce (PDL, split-K sums added by RoPE and the norms)",
-                      unsupported, [](const Problem& p, const Case& c, cudaStream_t s) -> std::unique_ptr<Instance> {
-                        return std::make_unique<SpecRound>(static_cast<const SpecDecodeProblem&>(p), c, s,
-                                                           make_ours_fused_sums_step);
-                      }});
   registry.add(std::move(op));
 }
 

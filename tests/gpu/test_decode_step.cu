@@ -1,15 +1,12 @@
 // rope, llama_layer and decode_step on tiny shapes: every implementation against its reference, the fused RoPE +
-// KV append against RoPE then append (bit for bit), RoPE and the add + RMSNorm summing a GEMM's split-K
-// partials against the reduced output (bit for bit), repeated decode steps (idempotent launches), the
+// KV append against RoPE then append (bit for bit), repeated decode steps (idempotent launches), the
 // argmax check and the element check biting, and the memory refusal.
 #include <array>
 #include <cmath>
-#include <random>
 
 #include "harness/tensor.h"
 #include "kernels/attention/paged_kv.h"
 #include "kernels/llama/rope.h"
-#include "kernels/norm/norm.h"
 #include "suites/llama/decode_step.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -37,31 +34,6 @@ Case step_case(int64_t layers, int64_t batch, int64_t context, int64_t q_len = 1
   p.set("weights", std::string(weights));
   return make_case("decode_step", p, DType::bf16);
 }
-
-// A GEMM's split-K partials [splits, rows, cols] (seeded) as SplitReduce::caller leaves them, and the
-// output its reduce kernel would store: bf16 of the sum in split order.
-struct SplitPartials {
-  DeviceBuffer partial;
-  OwnedTensor y;
-  kernels::gemm::GemmOut out;
-  SplitPartials(int splits, int64_t rows, int64_t cols, uint64_t seed, cudaStream_t stream)
-      : partial(size_t(splits * rows * cols) * sizeof(float), "partials"), y(DType::bf16, {rows, cols}, "reduced") {
-    std::mt19937 gen{uint32_t(seed)};
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    const int64_t n = rows * cols;
-    std::vector<float> p(size_t(splits * n));
-    for (float& v : p) v = dist(gen);
-    std::vector<double> sum(static_cast<size_t>(n), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      float acc = 0.f;
-      for (int s = 0; s < splits; ++s) acc += p[size_t(s * n + i)];
-      sum[size_t(i)] = acc;
-    }
-    CUDA_CHECK(cudaMemcpy(partial.get(), p.data(), partial.bytes(), cudaMemcpyHostToDevice));
-    from_host_f64(*y, sum, stream);
-    out = {y->data, partial.as<float>(), splits, n};
-  }
-};
 
 }  // namespace
 
@@ -131,55 +103,6 @@ TEST_F(RopeOp, FusedAppendMatchesRopeThenAppend) {
   EXPECT_EQ(to_host_f64(*pools[1], stream), to_host_f64(*pools[3], stream));
 }
 
-// RoPE and the add + RMSNorm read a GEMM's output as its split-K partials where the GEMM leaves their sum
-// to them (the decode step's ours_v3_fused_reduce): the same bits as from the reduced output, on wide
-// (16-byte) and scalar vectors, one row and several, 1 to 5 splits.
-TEST_F(RopeOp, PartialsGiveWhatTheReducedOutputGives) {
-  for (auto [tokens, heads, kv_heads, head_dim, splits] : std::vector<std::array<int, 5>>{
-           {1, 32, 32, 128, 4}, {3, 4, 2, 64, 5}, {2, 3, 1, 24, 1}}) {
-    kernels::RopeShape s;
-    s.tokens = tokens;
-    s.heads = heads;
-    s.kv_heads = kv_heads;
-    s.head_dim = head_dim;
-    const SplitPartials qkv(splits, tokens, int64_t(heads + 2 * kv_heads) * head_dim, 5, stream);
-    std::vector<std::vector<double>> got;
-    for (const kernels::gemm::GemmOut& in : {kernels::gemm::GemmOut{qkv.y->data}, qkv.out}) {
-      OwnedTensor q(DType::bf16, {tokens, heads, head_dim}), k(DType::bf16, {tokens, kv_heads, head_dim}),
-          v(DType::bf16, {tokens, kv_heads, head_dim});
-      for (const OwnedTensor* t : {&q, &k, &v}) poison_nan(**t, stream);
-      DeviceBuffer pos(size_t(tokens) * 4);
-      std::vector<int32_t> positions(static_cast<size_t>(tokens), 0);
-      for (int t = 0; t < tokens; ++t) positions[size_t(t)] = 1000 * t + 7;
-      CUDA_CHECK(cudaMemcpy(pos.get(), positions.data(), pos.bytes(), cudaMemcpyHostToDevice));
-      kernels::rope_qkv(in, pos.as<int32_t>(), q->data, k->data, v->data, s, stream);
-      for (const OwnedTensor* t : {&q, &k, &v}) got.push_back(to_host_f64(**t, stream));
-    }
-    for (size_t t = 0; t < 3; ++t) EXPECT_EQ(got[t], got[t + 3]) << tokens << " tokens, head_dim " << head_dim << ", " << t;
-  }
-}
-
-TEST_F(GpuTest, AddRmsNormOfPartialsIsTheNormOfTheReducedOutput) {
-  for (auto [rows, hidden, splits] : std::vector<std::array<int, 3>>{{1, 4096, 4}, {3, 5120, 3}, {2, 1002, 2}}) {
-    const SplitPartials x(splits, rows, hidden, 9, stream);
-    OwnedTensor residual(DType::bf16, {rows, hidden}), w(DType::bf16, {hidden});
-    fill_uniform(*residual, 1, -1.f, 1.f, stream);
-    fill_uniform(*w, 2, 0.9f, 1.1f, stream);
-    std::vector<std::vector<double>> got;
-    for (const kernels::gemm::GemmOut& in : {kernels::gemm::GemmOut{x.y->data}, x.out}) {
-      OwnedTensor h(DType::bf16, {rows, hidden}), y(DType::bf16, {rows, hidden});
-      poison_nan(*h, stream);
-      poison_nan(*y, stream);
-      kernels::add_rmsnorm_forward(in, residual->data, w->data, h->data, y->data, rows, hidden, 1e-5f, DType::bf16,
-                                   stream);
-      got.push_back(to_host_f64(*h, stream));
-      got.push_back(to_host_f64(*y, stream));
-    }
-    EXPECT_EQ(got[0], got[2]) << rows << " x " << hidden << ": h";
-    EXPECT_EQ(got[1], got[3]) << rows << " x " << hidden << ": y";
-  }
-}
-
 class LlamaLayerOp : public GpuTest {};
 
 TEST_F(LlamaLayerOp, EveryCompositionPasses) {
@@ -221,7 +144,7 @@ class DecodeStepOp : public GpuTest {
 TEST_F(DecodeStepOp, EveryCompositionPassesAndAgrees) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context] : std::vector<std::pair<int64_t, int64_t>>{{1, 17}, {3, 300}})
-    for (const char* impl : {"baseline", "flashinfer", "ours", "ours_v2_pdl", "ours_v3_fused_reduce"}) {
+    for (const char* impl : {"baseline", "flashinfer", "ours", "ours_v2_pdl"}) {
       const Case c = step_case(2, batch, context);
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
@@ -246,7 +169,7 @@ TEST_F(DecodeStepOp, W4a16EveryCompositionPassesAndAgrees) {
 TEST_F(DecodeStepOp, VerifyPassPasses) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
   for (auto [batch, context, q_len] : std::vector<std::array<int64_t, 3>>{{1, 17, 2}, {3, 14, 5}, {2, 300, 9}})
-    for (const char* impl : {"ours", "ours_v2_pdl", "ours_v3_fused_reduce"}) {
+    for (const char* impl : {"ours", "ours_v2_pdl"}) {
       const Case c = step_case(2, batch, context, q_len);
       const CheckResult r = run_and_check(c, impl);
       EXPECT_TRUE(r.passes()) << c.name(impl) << ": " << r.describe();
@@ -279,7 +202,7 @@ TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
 // Under PDL a kernel that read or wrote before its wait would race its predecessor: replays expose it.
 TEST_F(DecodeStepOp, RepeatedLaunchesStayCorrect) {
   if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
-  for (const char* impl : {"ours", "ours_v2_pdl", "ours_v3_fused_reduce"})
+  for (const char* impl : {"ours", "ours_v2_pdl"})
     for (auto [weights, q_len] : std::vector<std::pair<const char*, int64_t>>{
              {"bf16", 1}, {"bf16", 4}, {"w4a16", 1}, {"w4a16", 4}}) {
       Prepared p = prepare_ours(step_case(3, 4, 40, q_len, weights), 99, impl);

@@ -67,32 +67,6 @@ TEST(Ffn, GatedEpilogueRefusesWhatItCannotPair) {
   EXPECT_NE(refusal(a).find("no column scales, bias or residual"), std::string::npos);
 }
 
-// SplitReduce::caller leaves the sum of the splits to the next kernel, which applies no epilogue: any
-// other than the plain one is refused at prepare, naming why.
-TEST(Ffn, CallerSumsTakeOnlyThePlainEpilogue) {
-  using namespace kernels::gemm;
-  GemmArgs a;
-  a.m = 1;
-  a.n = 32;
-  a.k = 64;
-  const GemmPlan plan = plan_gemm(a.m, a.n, a.k, 132);
-  auto refusal = [&](const GemmArgs& args) -> std::string {
-    try {
-      prepare_gemm(args, plan, nullptr, nullptr, SplitReduce::caller);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "";
-  };
-  for (int which = 0; which < 3; ++which) {
-    GemmArgs b = a;
-    if (which == 0) b.epilogue.alpha = 2.f;
-    if (which == 1) b.epilogue.residual = &a;
-    if (which == 2) b.epilogue.activation = Activation::silu;
-    EXPECT_NE(refusal(b).find("applies no epilogue"), std::string::npos) << which;
-  }
-}
-
 TEST(Ffn, CostCountsTheWeightsActivationsAndH) {
   const OpDef* op = builtin_registry().find("ffn");
   // 7B SwiGLU at M = 1: three 4096 x 11008 bf16 weights; x, residual and y of 4096; h written and read.
