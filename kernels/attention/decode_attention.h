@@ -93,9 +93,6 @@ void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStrea
 // A tree (shape.tree): tree_mask (batch, q_len) on the device, tree_mask_from_parents' words per
 // sequence; new token i of a sequence sees new token j when bit j of its word is set (bits above i
 // are ignored: the causal bound stays). Without a tree it must be null.
-// Under programmatic dependent launch (kernels/sm90/pdl.h) the tma variant requests the K and V tiles
-// that end before each sequence's q_len new tokens ahead of its wait: the kernel before it may write q
-// and the new tokens' K and V (rope_append_kv), but no other key, value, length or page-table entry.
 void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeShape& shape, float scale,
                       const DecodePlan& plan, void* workspace, cudaStream_t stream,
                       const uint32_t* tree_mask = nullptr);

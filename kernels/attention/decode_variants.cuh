@@ -199,7 +199,7 @@ constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is _
 // kTree: the new tokens form a tree, their masks in p.tree_mask (MmaWarp).
 template <class T, int S, int W, bool kTree>
 __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
-  if (pdl.on) pdl_launch_dependents();
+  pdl_begin(pdl);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
   using Layout = TmaLayout<S, W>;
@@ -218,50 +218,8 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
   if (place.begin < place.end) {
     const int first_page = place.begin >> p.page_shift, last_page = (place.end - 1) >> p.page_shift;
     const int n_tiles = (place.end - place.begin + kTile - 1) / kTile;
-    // Tile `tile` of the split into its stage, once the consumers have freed it.
-    auto load_tile = [&](int tile) {
-      const int kv_head = place.kv_head;
-      const int page_tokens = min(p.page_size, kTile);  // tokens per box
-      const int stage = tile % S;
-      mbar_wait(smem + Layout::empty + 8 * stage, ((tile / S) & 1) ^ 1);
-      const uint32_t full = smem + Layout::full + 8 * stage;
-      mbar_arrive_expect_tx(full, 2 * Layout::kv_stage);
-      const int tile_start = place.begin + tile * kTile;
-      const int in_page = tile_start & (p.page_size - 1);  // 0 unless pages hold more than a tile
-      const int pages_per_tile = kTile / page_tokens;
-      // The tile's pages (−1 past the split's), and whether they follow one another in the pool.
-      int pages[kMaxPagesPerTile];
-      bool run = pages_per_tile > 1;
-#pragma unroll
-      for (int box = 0; box < kMaxPagesPerTile; ++box) {
-        if (box >= pages_per_tile) break;
-        const int page_index = (tile_start >> p.page_shift) + box;
-        pages[box] = page_index <= last_page ? sPages[page_index - first_page] : -1;
-        run = run && pages[box] == pages[0] + box && pages[box] >= 0;
-      }
-      if (run) {
-        for (int half = 0; half < 2; ++half) {
-          const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes;
-          tma_load_4d(smem + Layout::k + dst, &p.k_run_map, full, half * 64, 0, kv_head, pages[0]);
-          tma_load_4d(smem + Layout::v + dst, &p.v_run_map, full, half * 64, 0, kv_head, pages[0]);
-        }
-        return;
-      }
-#pragma unroll
-      for (int box = 0; box < kMaxPagesPerTile; ++box) {
-        if (box >= pages_per_tile) break;
-        const int page = pages[box];
-        for (int half = 0; half < 2; ++half) {
-          const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes + box * page_tokens * 128;
-          tma_load_4d(smem + Layout::k + dst, &p.k_map, full, half * 64, in_page, kv_head, page);
-          tma_load_4d(smem + Layout::v + dst, &p.v_map, full, half * 64, in_page, kv_head, page);
-        }
-      }
-    };
-    int issued = 0;  // tiles the producer requested before the PDL wait
     if (warp == W) {
-      load_page_ids(p, place, sPages, lane, 32);  // the page table: no kernel of a step writes it
-      __syncwarp();
+      load_page_ids(p, place, sPages, lane, 32);
       if (lane == 0) {
         for (int s = 0; s < S; ++s) {
           mbar_init(smem + Layout::full + 8 * s, 1);
@@ -272,14 +230,8 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
         tma_prefetch_descriptor(&p.v_map);
         tma_prefetch_descriptor(&p.k_run_map);
         tma_prefetch_descriptor(&p.v_run_map);
-        // Under PDL the kernel before may append the q_len new tokens' K and V (decode_attention.h);
-        // the first ring's tiles that end before their positions go out before the wait.
-        const int new_keys = place.len - p.q_len;
-        while (pdl.on && issued < min(n_tiles, S) && place.begin + (issued + 1) * kTile <= new_keys)
-          load_tile(issued++);
       }
     }
-    if (pdl.on) pdl_wait();  // before q, the new keys, and every write
     if (warp < W) {
       MmaWarp<T, W, kTree> mma(p, place);  // q's loads overlap the page ids' and the first tile's
       __syncthreads();
@@ -309,12 +261,50 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
                        [] { named_sync(kBarConsumers, 32 * W); });
     } else {
       __syncthreads();
-      if (lane == 0)
-        for (int tile = issued; tile < n_tiles; ++tile) load_tile(tile);
+      if (lane == 0) {
+        const int kv_head = place.kv_head;
+        const int page_tokens = min(p.page_size, kTile);  // tokens per box
+        for (int tile = 0; tile < n_tiles; ++tile) {
+          const int stage = tile % S;
+          mbar_wait(smem + Layout::empty + 8 * stage, ((tile / S) & 1) ^ 1);
+          const uint32_t full = smem + Layout::full + 8 * stage;
+          mbar_arrive_expect_tx(full, 2 * Layout::kv_stage);
+          const int tile_start = place.begin + tile * kTile;
+          const int in_page = tile_start & (p.page_size - 1);  // 0 unless pages hold more than a tile
+          const int pages_per_tile = kTile / page_tokens;
+          // The tile's pages (−1 past the split's), and whether they follow one another in the pool.
+          int pages[kMaxPagesPerTile];
+          bool run = pages_per_tile > 1;
+#pragma unroll
+          for (int box = 0; box < kMaxPagesPerTile; ++box) {
+            if (box >= pages_per_tile) break;
+            const int page_index = (tile_start >> p.page_shift) + box;
+            pages[box] = page_index <= last_page ? sPages[page_index - first_page] : -1;
+            run = run && pages[box] == pages[0] + box && pages[box] >= 0;
+          }
+          if (run) {
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes;
+              tma_load_4d(smem + Layout::k + dst, &p.k_run_map, full, half * 64, 0, kv_head, pages[0]);
+              tma_load_4d(smem + Layout::v + dst, &p.v_run_map, full, half * 64, 0, kv_head, pages[0]);
+            }
+            continue;
+          }
+#pragma unroll
+          for (int box = 0; box < kMaxPagesPerTile; ++box) {
+            if (box >= pages_per_tile) break;
+            const int page = pages[box];
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage * Layout::kv_stage + half * kTmaHalfBytes + box * page_tokens * 128;
+              tma_load_4d(smem + Layout::k + dst, &p.k_map, full, half * 64, in_page, kv_head, page);
+              tma_load_4d(smem + Layout::v + dst, &p.v_map, full, half * 64, in_page, kv_head, page);
+            }
+          }
+        }
+      }
       __syncwarp();
     }
   } else {
-    if (pdl.on) pdl_wait();
     write_empty_split<T>(p, place);
   }
   if (place.splits > 1) combine_if_last_split_v2<T, W == kWarps ? 16 : 32>(p, place);

@@ -1,16 +1,12 @@
 // rope, llama_layer and decode_step on tiny shapes: every implementation against its reference, the fused RoPE +
 // KV append against RoPE then append (bit for bit), repeated decode steps (idempotent launches), the
 // argmax check and the element check biting, and the memory refusal.
-#include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "harness/tensor.h"
-#include "kernels/attention/decode_attention.h"
 #include "kernels/attention/paged_kv.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/llama/rope.h"
-#include "kernels/sm90/pdl.h"
 #include "suites/llama/decode_step.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -105,94 +101,6 @@ TEST_F(RopeOp, FusedAppendMatchesRopeThenAppend) {
   EXPECT_EQ(to_host_f64(*q_fused, stream), to_host_f64(*q_split, stream));
   EXPECT_EQ(to_host_f64(*pools[0], stream), to_host_f64(*pools[2], stream));
   EXPECT_EQ(to_host_f64(*pools[1], stream), to_host_f64(*pools[3], stream));
-}
-
-// Under PDL the tma decode kernel requests the K/V tiles before the new tokens' ahead of its wait. A chain
-// slow GEMM → rope_append_kv (the new tokens' K/V, unlike what the cache held there) → attention, with
-// every kernel triggering its dependents first, lets attention start while RoPE still waits: its output
-// must equal, bit for bit, the chain's without PDL (a tile holding a new key read early would differ).
-TEST_F(RopeOp, AttentionUnderPdlReadsTheNewKeysAfterTheyAreWritten) {
-  namespace g = kernels::gemm;
-  const int batch = 2, kv_heads = 2, heads = 4, head_dim = 128, page = 16, max_pages = 64;
-  const std::vector<int> lengths = {1000, 300};
-  std::vector<int32_t> table(size_t(batch) * max_pages);
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 37) % table.size());  // scattered pages
-  DeviceBuffer table_d(table.size() * 4, "block table"), lens_d(size_t(batch) * 4, "lengths");
-  CUDA_CHECK(cudaMemcpy(table_d.get(), table.data(), table_d.bytes(), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(lens_d.get(), lengths.data(), lens_d.bytes(), cudaMemcpyHostToDevice));
-  OwnedTensor k_pool(DType::bf16, {int64_t(table.size()), kv_heads, page, head_dim}, "K pages"),
-      v_pool(DType::bf16, {int64_t(table.size()), kv_heads, page, head_dim}, "V pages"),
-      k_saved(DType::bf16, {int64_t(table.size()), kv_heads, page, head_dim}, "K pages before"),
-      v_saved(DType::bf16, {int64_t(table.size()), kv_heads, page, head_dim}, "V pages before");
-  fill_uniform(*k_saved, 1, -1.f, 1.f, stream);
-  fill_uniform(*v_saved, 2, -1.f, 1.f, stream);
-  kernels::PagedKv kv;
-  kv.k_pages = k_pool->data;
-  kv.v_pages = v_pool->data;
-  kv.block_table = table_d.as<int32_t>();
-  kv.seq_lens = lens_d.as<int32_t>();
-  kv.batch = batch;
-  kv.kv_heads = kv_heads;
-  kv.head_dim = head_dim;
-  kv.page_size = page;
-  kv.max_pages_per_seq = max_pages;
-  kv.num_pages = int(table.size());
-  // The slow kernel: 16 CTAs streaming 16 MB, leaving most SMs to attention's early CTAs.
-  OwnedTensor x(DType::bf16, {1, 65536}), w(DType::bf16, {128, 65536}), y(DType::bf16, {1, 128});
-  fill_uniform(*x, 3, -1.f, 1.f, stream);
-  fill_uniform(*w, 4, -1.f, 1.f, stream);
-  g::GemmArgs ga;
-  ga.a = x->data;
-  ga.b = w->data;
-  ga.out = y->data;
-  ga.m = 1;
-  ga.n = 128;
-  ga.k = 65536;
-  const g::GemmPlan gp = g::plan_gemm(ga.m, ga.n, ga.k, current_device_sm_count());
-  DeviceBuffer gws(std::max<size_t>(g::gemm_workspace_bytes(ga, gp), 16), "GEMM workspace");
-  const g::GemmLaunch slow = g::prepare_gemm(ga, gp, gws.get(), stream);
-  for (int q_len : {1, 3}) {
-    kernels::RopeShape rs;
-    rs.tokens = int64_t(batch) * q_len;
-    rs.heads = heads;
-    rs.kv_heads = kv_heads;
-    rs.head_dim = head_dim;
-    OwnedTensor qkv(DType::bf16, {rs.tokens, heads + 2 * kv_heads, head_dim}, "qkv"),
-        q(DType::bf16, {batch, heads, q_len, head_dim}, "q"), o(DType::bf16, {batch, heads, q_len, head_dim}, "o");
-    fill_uniform(*qkv, 5, -1.f, 1.f, stream);
-    std::vector<int32_t> positions;
-    for (int b = 0; b < batch; ++b)
-      for (int t = 0; t < q_len; ++t) positions.push_back(lengths[size_t(b)] - q_len + t);
-    DeviceBuffer pos_d(positions.size() * 4, "positions");
-    CUDA_CHECK(cudaMemcpy(pos_d.get(), positions.data(), pos_d.bytes(), cudaMemcpyHostToDevice));
-    kernels::DecodeShape shape;
-    shape.heads = heads;
-    shape.q_len = q_len;
-    shape.max_len = 1000;
-    shape.lengths = lengths;
-    shape.total_len = 1300;
-    const kernels::DecodePlan plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
-    DeviceBuffer ws(std::max<size_t>(plan.workspace_bytes, 16), "decode workspace");
-    kernels::prepare_decode_workspace(plan, ws.get(), stream);
-    std::vector<std::vector<double>> out;
-    for (bool pdl : {false, true, true}) {
-      CUDA_CHECK(cudaMemcpyAsync(k_pool->data, k_saved->data, k_pool->bytes(), cudaMemcpyDeviceToDevice, stream));
-      CUDA_CHECK(cudaMemcpyAsync(v_pool->data, v_saved->data, v_pool->bytes(), cudaMemcpyDeviceToDevice, stream));
-      poison_nan(*o, stream);
-      {
-        const kernels::PdlScope scope(pdl);
-        g::run_gemm(slow, stream);
-        kernels::rope_append_kv(qkv->data, pos_d.as<int32_t>(), q->data, kv, rs, stream);
-        kernels::attention_decode(q->data, o->data, kv, shape, 0.088f, plan, ws.get(), stream);
-      }
-      out.push_back(to_host_f64(*o, stream));
-    }
-    for (size_t run = 1; run < out.size(); ++run) {
-      int64_t differ = 0;
-      for (size_t e = 0; e < out[0].size(); ++e) differ += !(out[run][e] == out[0][e]);
-      EXPECT_EQ(differ, 0) << "q_len " << q_len << ", PDL run " << run;
-    }
-  }
 }
 
 class LlamaLayerOp : public GpuTest {};
