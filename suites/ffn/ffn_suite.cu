@@ -21,6 +21,7 @@
 #include "harness/peaks.h"
 #include "kernels/ffn/activation.h"
 #include "kernels/ffn/ffn.h"
+#include "kernels/sm90/pdl.h"
 #include "kernels/gemm/quantize.cuh"
 #include "kernels/gemm/quantize.h"
 #include "suites/ffn/ffn_suites.h"
@@ -305,14 +306,17 @@ const FfnProblem& as_ffn(const Problem& p) { return static_cast<const FfnProblem
 class CoreFfn : public Instance {
  public:
   CoreFfn(const FfnProblem& p, kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options,
-          cudaStream_t stream)
-      : shape_(p.shape) {
+          cudaStream_t stream, bool pdl = false)
+      : shape_(p.shape), pdl_(pdl) {
     const kernels::ffn::FfnArgs args = p.args();
     workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(args, reduce, options), "ffn h and split-K partials");
     launch_ = kernels::ffn::prepare_ffn(args, workspace_.get(), stream, reduce, options);
     h_scale_ = p.h_scale;
   }
-  void launch(cudaStream_t s) override { kernels::ffn::run_ffn(launch_, s); }
+  void launch(cudaStream_t s) override {
+    const kernels::PdlScope scope(pdl_);
+    kernels::ffn::run_ffn(launch_, s);
+  }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
   Metrics metrics() const override {
     Metrics m{{"intermediate_bytes_saved", ffn_intermediate_bytes_saved(shape_)}};
@@ -329,6 +333,7 @@ class CoreFfn : public Instance {
 
  private:
   FfnShape shape_;
+  bool pdl_;
   DeviceBuffer workspace_;
   kernels::ffn::FfnLaunch launch_;
   double h_scale_ = 0;
@@ -507,6 +512,16 @@ void register_ffn(Registry& registry) {
        [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
          return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::last_split,
                                           kernels::gemm::PlanOptions{false, false}, s);
+       },
+       "weights"});
+  op.impls.push_back(
+      {"ours_v4_pdl", Role::ours,
+       "ours launched under programmatic dependent launch: each kernel resident while the one before runs, the down "
+       "GEMM requesting its first ring of W before it waits for h",
+       unsupported,
+       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{},
+                                          s, true);
        },
        "weights"});
   registry.add(std::move(op));

@@ -13,6 +13,7 @@
 #include "harness/cuda_check.h"
 #include "harness/peaks.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/sm90/pdl.h"
 #include "kernels/gemm/gemm_plan.h"
 #include "suites/gemm/gemm_reference.cuh"
 #include "suites/gemm/gemm_suites.h"
@@ -83,15 +84,18 @@ namespace {
 class CoreGemm : public Instance {
  public:
   CoreGemm(const kernels::gemm::GemmArgs& args, Metrics extra, kernels::gemm::SplitReduce reduce,
-           kernels::gemm::PlanOptions options, cudaStream_t stream)
-      : extra_(std::move(extra)) {
+           kernels::gemm::PlanOptions options, bool pdl, cudaStream_t stream)
+      : extra_(std::move(extra)), pdl_(pdl) {
     options.block_scales = args.a_block_scale != nullptr;
     const auto plan =
         kernels::gemm::plan_gemm(args.m, args.n, args.k, current_device_sm_count(), args.operands, options);
     workspace_ = DeviceBuffer(kernels::gemm::gemm_workspace_bytes(args, plan, reduce), "gemm split-K partials");
     launch_ = kernels::gemm::prepare_gemm(args, plan, workspace_.get(), stream, reduce);
   }
-  void launch(cudaStream_t s) override { kernels::gemm::run_gemm(launch_, s); }
+  void launch(cudaStream_t s) override {
+    const kernels::PdlScope scope(pdl_);
+    kernels::gemm::run_gemm(launch_, s);
+  }
   size_t workspace_bytes() const override { return workspace_.bytes(); }
   Metrics metrics() const override {
     const auto& plan = launch_.plan;
@@ -107,6 +111,7 @@ class CoreGemm : public Instance {
 
  private:
   Metrics extra_;
+  bool pdl_;
   DeviceBuffer workspace_;
   kernels::gemm::GemmLaunch launch_;
 };
@@ -146,10 +151,11 @@ class CublasLtGemm : public Instance {
 std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<std::string(const Case&)> unsupported,
                                   std::function<kernels::gemm::GemmArgs(const Problem&)> args_of,
                                   std::function<Metrics(const Problem&)> extra_of) {
-  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options) {
-    return [args_of, extra_of, reduce, options](const Problem& p, const Case&,
-                                                cudaStream_t s) -> std::unique_ptr<Instance> {
-      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options);
+  auto prepare = [args_of, extra_of](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options,
+                                     bool pdl = false) {
+    return [args_of, extra_of, reduce, options, pdl](const Problem& p, const Case&,
+                                                     cudaStream_t s) -> std::unique_ptr<Instance> {
+      return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options, pdl);
     };
   };
   const kernels::gemm::PlanOptions single, streaming{false, true}, clusters{true, false};
@@ -166,13 +172,17 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
           {"ours_v3_stream", Role::ours,
            "ours + the weight-streaming kernel at M <= 64 where it takes the operands (bf16, FP8 per-tensor): 16-row "
            "strips of W through an 8-stage TMA ring into mma.sync, one launch; elsewhere runs ours",
-           unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming), "weights"}};
+           unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming), "weights"},
+          {"ours_v4_pdl", Role::ours,
+           "ours launched under programmatic dependent launch: with K split, the reduce kernel is resident while the "
+           "GEMM runs and starts when it ends (no launch gap between the two)",
+           unsupported, prepare(kernels::gemm::SplitReduce::kernel, single, true), "weights"}};
 }
 
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
                                              kernels::gemm::SplitReduce reduce, cudaStream_t stream,
-                                             kernels::gemm::PlanOptions options) {
-  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, options, stream);
+                                             kernels::gemm::PlanOptions options, bool pdl) {
+  return std::make_unique<CoreGemm>(args, std::move(extra), reduce, options, pdl, stream);
 }
 
 std::unique_ptr<Instance> cublaslt_gemm_instance(const LtMatmulSpec& spec, const void* a, const void* b, void* d,

@@ -54,9 +54,11 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
                                   std::function<Metrics(const Problem&)> extra_of = {});
 
 // The core on `args`, planned by plan_gemm for this device (with `options`); metrics `extra`, then the plan's.
+// pdl: the launches under programmatic dependent launch (kernels/sm90/pdl.h): the split-K reduce kernel
+// launched while the GEMM runs, waiting for it on the GPU.
 std::unique_ptr<Instance> core_gemm_instance(const kernels::gemm::GemmArgs& args, Metrics extra,
                                              kernels::gemm::SplitReduce reduce, cudaStream_t stream,
-                                             kernels::gemm::PlanOptions options = {});
+                                             kernels::gemm::PlanOptions options = {}, bool pdl = false);
 
 // What a cuBLASLt GEMM instance holds beside the library's own state.
 struct LtExtras {
