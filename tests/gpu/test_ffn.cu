@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FfnGpu, ::testing::ValuesIn(ffn_cases()), [](co
 TEST_P(FfnGpu, MatchesTheReference) {
   const FfnCase& f = GetParam();
   const Case c = make_case("ffn", ffn_params(f), DType::bf16);
-  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v3_stream"};
+  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v3_stream", "ours_v4_pdl"};
   if (f.act == "swiglu" && f.precision == "bf16") impls.push_back("flashinfer");
   expect_impls_pass(*this, c, impls, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }

@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmGpu, ::testing::ValuesIn(gemm_cases()), [](
 
 TEST_P(GemmGpu, MatchesTheReference) {
   const Case c = make_case("gemm_bf16", gemm_params(GetParam()), DType::bf16);
-  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "cutlass"};
+  const std::vector<std::string> impls = {"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "ours_v4_pdl", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
@@ -151,7 +151,7 @@ TEST_P(QuantGemmGpu, MatchesTheReference) {
   const bool int8 = scheme == "int8";
   const Case c = make_case(int8 ? "gemm_int8" : "gemm_fp8",
                            gemm_params(shape, int8 ? "" : scheme == "fp8_block" ? "block" : "tensor"), DType::bf16);
-  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "cutlass"};
+  std::vector<std::string> impls{"cublaslt", "ours", "ours_v2", "ours_v2_cluster", "ours_v3_stream", "ours_v4_pdl", "cutlass"};
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
