@@ -9,9 +9,8 @@
 // which launch_kernel fills from the same PdlScope that adds the attribute, and where it is on, all its
 // threads call pdl_wait (pdl.cuh) before reading anything an earlier kernel writes, before writing
 // anything, and before any early return (a grid that completes without waiting would let the next one
-// run ahead of the one before it). Where it is off the kernel runs no griddepcontrol at all: when every
-// kernel ran it, launched with PDL or not, ours' decode step without PDL was ~1.8% slower on the H100
-// than before PDL (suites/llama/NOTES.md).
+// run ahead of the one before it). Where it is off the kernel runs no griddepcontrol at all, so a
+// launch without PDL runs the code it ran before PDL existed.
 #pragma once
 #include <cuda_runtime.h>
 

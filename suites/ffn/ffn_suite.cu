@@ -483,46 +483,40 @@ void register_ffn(Registry& registry) {
        },
        "weights", true});
   auto unsupported = [](const Case& c) { return kernels::ffn::ffn_unsupported(FfnProblem::args_of(FfnShape(c))); };
+  // ours' rungs: CoreFfn with where the split-K sums go, what the plans may choose, and PDL.
+  auto core = [](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options, bool pdl = false) {
+    return [=](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
+      return std::make_unique<CoreFfn>(as_ffn(p), reduce, options, s, pdl);
+    };
+  };
   op.impls.push_back(
       {"ours", Role::ours,
        "the sm90 GEMM core twice: gate|up over an interleaved weight whose epilogue writes SiLU(g)*u (FP8: its "
        "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; small M: "
        "split-K tiles, partials summed (and the activation applied) by a second kernel",
        unsupported,
-       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{},
-                                          s);
-       },
+       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{}),
        "weights"});
   op.impls.push_back(
       {"ours_v3_stream", Role::ours,
        "ours + the weight-streaming kernel for both GEMMs at M <= 64 (each weight byte read once, the activation "
        "in its epilogue, one launch per GEMM)",
        unsupported,
-       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel,
-                                          kernels::gemm::PlanOptions{false, true}, s);
-       },
+       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{false, true}),
        "weights"});
   op.impls.push_back(
       {"ours_v2", Role::ours,
        "ours; split-K partials summed (and the "
        "activation applied) by each tile's last split inside the GEMM kernel: one launch per GEMM",
        unsupported,
-       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::last_split,
-                                          kernels::gemm::PlanOptions{false, false}, s);
-       },
+       core(kernels::gemm::SplitReduce::last_split, kernels::gemm::PlanOptions{false, false}),
        "weights"});
   op.impls.push_back(
       {"ours_v4_pdl", Role::ours,
        "ours launched under programmatic dependent launch: each kernel resident while the one before runs, the down "
        "GEMM requesting its first ring of W before it waits for h",
        unsupported,
-       [](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
-         return std::make_unique<CoreFfn>(as_ffn(p), kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{},
-                                          s, true);
-       },
+       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{}, true),
        "weights"});
   registry.add(std::move(op));
 }
