@@ -252,9 +252,9 @@ void check_epilogue(const GemmArgs& args) {
     return;
   }
   const int64_t cols = e.gated_cols, pair_rows = (cols + kGatedGroup - 1) / kGatedGroup * 2 * kGatedGroup;
-  if (cols <= 0 || cols % 2 != 0)
+  if (cols <= 0 || cols % 4 != 0)
     throw std::invalid_argument("gemm silu_gated: gated_cols = " + std::to_string(cols) +
-                                " must be even and > 0 (output pairs are stored whole)");
+                                " must be a multiple of 4 and > 0 (outputs are stored four at a time)");
   if (pair_rows > args.n)
     throw std::invalid_argument("gemm silu_gated: " + std::to_string(cols) + " output columns need " +
                                 std::to_string(pair_rows) + " interleaved gate/up rows of W, N = " +

@@ -145,15 +145,39 @@ __device__ __forceinline__ void add_other_partials(const GemmParams& p, const Fr
   }
 }
 
+// How a tile's bf16 row pieces reach memory: `quad` where N % 4 == 0 (every layer's width), `pair`
+// where N is even, else `scalar` (one store per column that exists).
+enum class StoreWidth { scalar, pair, quad };
+
+// A thread holds columns c, c + 1 of each 8-column group; the four threads of a row hold the group's
+// 8 columns, so one pair store per thread covers 16 bytes of a 32-byte sector (ncu: the 128x256
+// epilogue sent twice cuBLASLt's L2 store sectors for the same y). `quad`: the even thread of each
+// neighbouring pair of threads takes group j's two pairs and the odd one group j + 1's, one shuffle
+// each, so a row's four 8-byte stores are 16 contiguous columns: whole sectors, half the stores.
+// Pair: two outputs as stored (bf16x2: 4 bytes, E4M3 codes: 2); the quad is twice that.
+template <class Pair>
+__device__ __forceinline__ auto quad_of_groups(bool odd, Pair group_j, Pair group_j1) {
+  static_assert(sizeof(Pair) == 4 || sizeof(Pair) == 2, "bf16 or one-byte pairs");
+  using Word = std::conditional_t<sizeof(Pair) == 4, uint32_t, uint16_t>;
+  const Word own_j = reinterpret_cast<const Word&>(group_j), own_j1 = reinterpret_cast<const Word&>(group_j1);
+  const auto got = Word(__shfl_xor_sync(0xffffffffu, uint32_t(odd ? own_j : own_j1), 1));
+  const Word first = odd ? got : own_j, second = odd ? own_j1 : got;  // the lower address first
+  if constexpr (sizeof(Pair) == 4)
+    return make_uint2(first, second);
+  else
+    return uint32_t(first) | uint32_t(second) << 16;
+}
+
 // The tile's bf16 stores, chunk by chunk: values(j, y) sets y[h] to the outputs of columns c, c + 1 of
 // row h in column group j (c = f.col + 8j); a chunk's values (and their loads) come before its stores.
-template <int kBlockN, bool kPaired, class Values>
+template <int kBlockN, StoreWidth kWidth, class Values>
 __device__ __forceinline__ void store_chunks_as(const GemmParams& p, const Fragment& f, Values& values) {
   constexpr int kChunk = 4;
   static_assert((kBlockN / 8) % kChunk == 0, "whole chunks of 8-column groups");
   __nv_bfloat16* dst[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) dst[h] = static_cast<__nv_bfloat16*>(p.out) + f.row[h] * p.n + f.col;
+  const bool odd = threadIdx.x % 2;
 #pragma unroll
   for (int j0 = 0; j0 < kBlockN / 8; j0 += kChunk) {
     __nv_bfloat162 y[kChunk][2];
@@ -164,24 +188,41 @@ __device__ __forceinline__ void store_chunks_as(const GemmParams& p, const Fragm
 #pragma unroll
       for (int h = 0; h < 2; ++h) y[jj][h] = __float22bfloat162_rn(v[h]);
     }
+    if constexpr (kWidth == StoreWidth::quad) {
+      // Groups j, j + 1: the odd thread's four columns start 6 past its pair of group j (its even
+      // neighbour's first column of group j + 1); N % 4 == 0 puts all four in or out.
 #pragma unroll
-    for (int jj = 0; jj < kChunk; ++jj) {
-      const int j = j0 + jj, c = f.col + 8 * j;
+      for (int jj = 0; jj < kChunk; jj += 2) {
+        const int off = 8 * (j0 + jj) + (odd ? 6 : 0);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (f.row_in[h] && c < p.n) store_pair(dst[h] + 8 * j, kPaired, c, p.n, y[jj][h], y[jj][h].x, y[jj][h].y);
+        for (int h = 0; h < 2; ++h) {
+          const uint2 quad = quad_of_groups(odd, y[jj][h], y[jj + 1][h]);
+          if (f.row_in[h] && f.col + off < p.n) *reinterpret_cast<uint2*>(dst[h] + off) = quad;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < kChunk; ++jj) {
+        const int j = j0 + jj, c = f.col + 8 * j;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (f.row_in[h] && c < p.n)
+            store_pair(dst[h] + 8 * j, kWidth == StoreWidth::pair, c, p.n, y[jj][h], y[jj][h].x, y[jj][h].y);
+      }
     }
   }
 }
 
-// N even (every layer's width) gets its own copy of the loop: one 4-byte store per pair and nothing
-// of the scalar stores' predicates (~1/3 of the pair's instructions).
+// Each width gets its own copy of the loop: the quad and pair paths carry nothing of the scalar
+// stores' predicates (~1/3 of the pair's instructions). Only the copy that runs is fetched.
 template <int kBlockN, class Values>
 __device__ __forceinline__ void store_chunks(const GemmParams& p, const Fragment& f, Values&& values) {
-  if (p.n % 2 == 0)
-    store_chunks_as<kBlockN, true>(p, f, values);
+  if (p.n % 4 == 0)
+    store_chunks_as<kBlockN, StoreWidth::quad>(p, f, values);
+  else if (p.n % 2 == 0)
+    store_chunks_as<kBlockN, StoreWidth::pair>(p, f, values);
   else
-    store_chunks_as<kBlockN, false>(p, f, values);
+    store_chunks_as<kBlockN, StoreWidth::scalar>(p, f, values);
 }
 
 // Scales only, no column scales (bf16, FP8): y = acc · row factor.
@@ -245,18 +286,20 @@ __device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, con
       y[h] = v;
     }
   };
-  store_chunks_as<kBlockN, true>(p, f, values);
+  store_chunks<kBlockN>(p, f, values);
 }
 
 // silu_gated (SwiGLU): in a tile (its first column a multiple of 2·kGatedGroup) the thread's column
 // groups alternate gate (8-column group 2t) and up (2t + 1), so its accumulators 8t + 2h + e and
 // 8t + 4 + 2h + e are a gate and its up, of output column (tile column)/2 + 8t + 2(lane % 4) + e. Per
-// output pair: 4 multiplies, two SiLUs, one 4-byte (bf16) or 2-byte (E4M3 codes) store; gated_cols is
-// even (prepare_gemm checks), so a pair is in or out as a whole and its store aligned.
+// output pair: 4 multiplies, two SiLUs; two pairs go out as one 8-byte (bf16) or 4-byte (E4M3 codes)
+// store (quad_of_groups); gated_cols % 4 == 0 (prepare_gemm checks), so a quad is in or out as a
+// whole and its store aligned.
 template <int kBlockN, bool kCodes, class Acc>
 __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
                                                const Acc (&acc)[kBlockN / 2]) {
-  static_assert(kGatedGroup == 8 && kBlockN % (2 * kGatedGroup) == 0, "gate and up groups alternate in the tile");
+  static_assert(kGatedGroup == 8 && kBlockN % (4 * kGatedGroup) == 0, "gate and up groups alternate in the tile, "
+                "output groups pair up");
   using Out = std::conditional_t<kCodes, uint8_t, __nv_bfloat16>;
   using Pair = std::conditional_t<kCodes, __nv_fp8x2_storage_t, __nv_bfloat162>;
   const Epilogue& e = p.epilogue;
@@ -266,20 +309,25 @@ __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragme
   Out* dst[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) dst[h] = static_cast<Out*>(p.out) + f.row[h] * e.gated_cols + col0;
+  // Output group t's pair of row h (8 output columns a group, as store_chunks_as's column groups).
+  auto pair_of = [&](int t, int h) {
+    const int g = 8 * t + 2 * h, u = g + 4;
+    const float y0 = silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]);
+    const float y1 = silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]);
+    if constexpr (kCodes)
+      return __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
+    else
+      return __float22bfloat162_rn(make_float2(y0, y1));
+  };
+  // Whole sectors, as store_chunks_as's quad stores: gated_cols % 4 == 0 (prepare_gemm checks).
+  const bool odd = threadIdx.x % 2;
 #pragma unroll
-  for (int t = 0; t < kBlockN / 16; ++t) {
-    const bool col_in = col0 + 8 * t < e.gated_cols;
+  for (int t = 0; t < kBlockN / 16; t += 2) {
+    const int off = 8 * t + (odd ? 6 : 0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int g = 8 * t + 2 * h, u = g + 4;
-      const float y0 = silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]);
-      const float y1 = silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]);
-      Pair pair;
-      if constexpr (kCodes)
-        pair = __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
-      else
-        pair = __float22bfloat162_rn(make_float2(y0, y1));
-      if (f.row_in[h] && col_in) *reinterpret_cast<Pair*>(dst[h] + 8 * t) = pair;
+      auto quad = quad_of_groups<Pair>(odd, pair_of(t, h), pair_of(t + 1, h));
+      if (f.row_in[h] && col0 + off < e.gated_cols) *reinterpret_cast<decltype(quad)*>(dst[h] + off) = quad;
     }
   }
 }

@@ -56,6 +56,7 @@ std::vector<GemmCase> gemm_cases() {
       {{1, 4096, 4096},   // decode: 64x128, 4 splits
        {17, 1000, 1032},  // split-K with tails in M, N and K
        {1, 999, 520},     // N odd: scalar stores, in the partials and in y
+       {130, 1002, 520},  // N % 4 == 2: pair stores (N % 4 == 0 takes the quad stores)
        {64, 128, 64},     // one tile, one K block: no split
        {130, 999, 520},   // just past 128 rows: 3 x 8 tiles of 64x128, split
        {200, 999, 520},   // 128x128, two M tiles, the second with 72 rows
@@ -128,6 +129,7 @@ std::vector<GemmCase> quant_cases() {
   return shape_grid<GemmCase>({{1, 4096, 4096},
                                {17, 1000, 1024},
                                {1, 999, 512},
+                               {130, 1002, 640},  // N % 4 == 2: pair stores
                                {130, 999, 640},
                                {200, 999, 640},
                                {64, 128, 128},
