@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
     init_gemm_barriers<C>(GemmBars<C>{smem + C::kOffBar});
     tma_prefetch_descriptor(&p.tma_a);
     tma_prefetch_descriptor(&p.tma_b);
+    if (p.out_tma) tma_prefetch_descriptor(&p.tma_out);
   }
   // In a cluster, the peers' barriers must be initialized before this CTA's multicasts and releases.
   if constexpr (C::kClusterM > 1)
@@ -149,6 +150,7 @@ int persistent_grid(const GemmPlan& plan) {
 template <class C>
 void launch_config(const GemmLaunch& l, cudaStream_t stream) {
   ConfigLaunch<C> launch(l.grid, stream);
+  if (!l.params.out_tma) launch.config.dynamicSmemBytes = C::kSmemBytesNoOut;
   const unsigned attrs = launch.config.numAttrs;
   launch.config.numAttrs = add_pdl_attribute(launch.attrs, attrs);
   GemmParams params = l.params;
@@ -302,6 +304,17 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
   }
   p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
+  // The 128-row tiles stage bf16 y for TMA stores of 64x64 boxes: 16-byte row strides and base.
+  p.out_tma = !streams && args.m > 0 && tile_m(plan.tile) == 128 &&
+              args.epilogue.activation != Activation::silu_gated && args.n % 8 == 0 &&
+              reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
+  p.tma_out = CUtensorMap{};
+  if (p.out_tma) {
+    const uint64_t dims[2] = {uint64_t(args.n), uint64_t(args.m)};
+    const uint64_t strides[1] = {uint64_t(args.n) * 2};
+    const uint32_t box[2] = {64, 64};
+    p.tma_out = make_tma_map_16bit("gemm y", args.out, false, 2, dims, strides, box);
+  }
   p.a = args.a;
   p.k = args.k;
   p.out = args.out;

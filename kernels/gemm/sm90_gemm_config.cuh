@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/gemm/gemm_plan.h"
+#include "kernels/gemm/sm90_gemm_epilogue.cuh"
 #include "kernels/gemm/sm90_gemm_wgmma.cuh"
 
 namespace topt::kernels::gemm {
@@ -66,11 +67,18 @@ struct GemmConfig {
   static constexpr int kBRowsPerCta = kBlockN / kClusterM;
   static constexpr uint32_t kBBytesPerCta = kBRowsPerCta * 128;
   static_assert(kABytes % 1024 == 0 && kBBytesPerCta % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
-  // From a 1024-byte-aligned base: the A ring, the B ring, then full[stage] and empty[stage] barriers.
+  // Two consumers stage their bf16 y through shared memory for TMA stores (sm90_gemm_epilogue.cuh,
+  // store_chunks_staged): two 64x64 slots each, 128-byte swizzled, 32 KB after the ring.
+  static constexpr uint32_t kOutBytes = kConsumers > 1 ? kConsumers * kOutSlots * kOutSlotBytes : 0;
+  // From a 1024-byte-aligned base: the A ring, the B ring, full[stage] and empty[stage] barriers, then
+  // (1024-aligned) the y slots, last, so that a launch without them asks for less shared memory and
+  // leaves that much more to L1 (the epilogue's and the block scales' loads).
   static constexpr uint32_t kOffA = 0;
   static constexpr uint32_t kOffB = kOffA + kStages * kABytes;
   static constexpr uint32_t kOffBar = kOffB + kStages * kBBytes;
-  static constexpr uint32_t kSmemBytes = kOffBar + 2 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr uint32_t kOffOut = (kOffBar + 2 * kStages * 8 + 1023) / 1024 * 1024;
+  static constexpr uint32_t kSmemBytesNoOut = kOffOut + 1024;  // + alignment slack
+  static constexpr uint32_t kSmemBytes = kSmemBytesNoOut + kOutBytes;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block on sm_90");
 };
 

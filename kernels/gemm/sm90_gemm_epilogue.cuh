@@ -1,7 +1,8 @@
-// The GEMM core's epilogue: each consumer thread's accumulators go to global memory straight from
-// registers, through the Epilogue (scales, bias, activation, residual) to bf16, or, when the tile's
-// K is split, as fp32 partials that the reduce kernel (gemm.cu) or the tile's last split sums and
-// sends through the same epilogue_value.
+// The GEMM core's epilogue: each consumer thread's accumulators go through the Epilogue (scales, bias,
+// activation, residual) to bf16 y, staged through shared memory and stored by TMA where the tile
+// has a buffer for it (the 128-row tiles, N % 8 == 0), else straight from registers; or, when the
+// tile's K is split, as fp32 partials that the reduce kernel (gemm.cu) or the tile's last split sums
+// and sends through the same epilogue_value.
 //
 // Code size is the constraint here: the fragment loops are unrolled (accumulators are registers), so
 // whatever one pair of outputs costs in instructions is paid kBlockN / 4 times in the kernel's
@@ -20,8 +21,11 @@
 
 #include "kernels/attention/mma_sm80.cuh"  // fast_exp2
 #include "kernels/gemm/gemm.h"
+#include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels::gemm {
+
+using namespace topt::kernels::sm90;
 
 // alpha times the per-tensor scales of x and W: one factor for the whole launch.
 __device__ __forceinline__ float tensor_scale(const Epilogue& e) {
@@ -213,11 +217,75 @@ __device__ __forceinline__ void store_chunks_as(const GemmParams& p, const Fragm
   }
 }
 
+// A consumer warpgroup's y staging (the 128-row tiles): kOutSlots slots of 64 rows × 64 bf16 columns,
+// 128-byte swizzled as the TMA store reads them (16-byte chunk c of row r at chunk c ^ (r % 8)).
+// The register stores hold a consumer's MMAs until the last one leaves, and both consumers store at
+// once, every SM at the same time; a TMA store leaves at once and runs under the next tile's MMAs.
+constexpr int kOutSlots = 2;
+constexpr uint32_t kOutSlotBytes = 64 * 128;
+struct OutStaging {
+  bool on = false;         // p.out_tma and a config with slots
+  uint32_t slots = 0;      // shared address of this warpgroup's slot 0 (1024-byte aligned)
+  int barrier = 0;         // this warpgroup's named barrier
+  int row0 = 0, col0 = 0;  // the warpgroup's first row and the tile's first column in y
+};
+
+// The tile as 64-column boxes, each through a slot: values(j, y) for its 8 column groups, stmatrix into
+// the slot, one TMA store. One barrier per box: before it, thread 0 (which issues and commits every
+// store of the warpgroup) waits until the box before has been read from its slot, so the box after
+// this one may overwrite that slot; box b's own slot was freed at box b − 1's barrier. The last box's
+// store is waited for at the next tile's first barrier, or at the kernel's end (finish_staged_stores).
+template <int kBlockN, class Values>
+__device__ __forceinline__ void store_chunks_staged(const GemmParams& p, const OutStaging& out, Values& values) {
+  static_assert(kBlockN % 64 == 0, "whole 64-column boxes");
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+  const bool issuer = threadIdx.x % 128 == 0;
+  // stmatrix x4 per pair of column groups j, j + 1: matrices (rows 0-7, j), (rows 8-15, j), (0-7, j + 1),
+  // (8-15, j + 1) of this warp's 16 rows; lane l gives the address of row l % 8 of matrix l / 8.
+  const int mi = lane / 8, row = 16 * warp + (mi % 2) * 8 + lane % 8;
+#pragma unroll
+  for (int box = 0; box < kBlockN / 64; ++box) {
+    const uint32_t slot = out.slots + (box % kOutSlots) * kOutSlotBytes;
+    uint32_t y[8][2];  // bf16x2 of (group, row half); every value (and its loads) before any store
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      float2 v[2];
+      values(8 * box + jj, v);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __nv_bfloat162 b = __float22bfloat162_rn(v[h]);
+        y[jj][h] = reinterpret_cast<const uint32_t&>(b);
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 8; jj += 2) {
+      const int chunk = jj + mi / 2;
+      stmatrix_x4(slot + row * 128 + ((chunk ^ (row % 8)) * 16), y[jj][0], y[jj][1], y[jj + 1][0], y[jj + 1][1]);
+    }
+    fence_proxy_async();  // the TMA store reads what the stmatrix wrote
+    if (issuer) bulk_wait_read();
+    named_sync(out.barrier, 128);
+    if (issuer) {
+      tma_store_2d(&p.tma_out, slot, out.col0 + 64 * box, out.row0);
+      bulk_commit();
+    }
+  }
+}
+
+// The warpgroup's last stores have read their slots before the CTA's shared memory goes away (their
+// writes complete with the grid, as ordinary stores do).
+__device__ __forceinline__ void finish_staged_stores(const GemmParams& p) {
+  if (p.out_tma && threadIdx.x % 128 == 0) bulk_wait_read();
+}
+
 // Each width gets its own copy of the loop: the quad and pair paths carry nothing of the scalar
 // stores' predicates (~1/3 of the pair's instructions). Only the copy that runs is fetched.
 template <int kBlockN, class Values>
-__device__ __forceinline__ void store_chunks(const GemmParams& p, const Fragment& f, Values&& values) {
-  if (p.n % 4 == 0)
+__device__ __forceinline__ void store_chunks(const GemmParams& p, const Fragment& f, const OutStaging& out,
+                                             Values&& values) {
+  if (out.on)
+    store_chunks_staged<kBlockN>(p, out, values);
+  else if (p.n % 4 == 0)
     store_chunks_as<kBlockN, StoreWidth::quad>(p, f, values);
   else if (p.n % 2 == 0)
     store_chunks_as<kBlockN, StoreWidth::pair>(p, f, values);
@@ -227,9 +295,9 @@ __device__ __forceinline__ void store_chunks(const GemmParams& p, const Fragment
 
 // Scales only, no column scales (bf16, FP8): y = acc · row factor.
 template <int kBlockN, class Acc>
-__device__ __forceinline__ void store_row_scaled(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
-                                                 const Acc (&acc)[kBlockN / 2]) {
-  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+__device__ __forceinline__ void store_row_scaled(const GemmParams& p, const Fragment& f, const OutStaging& out,
+                                                 const float (&row_f)[2], const Acc (&acc)[kBlockN / 2]) {
+  store_chunks<kBlockN>(p, f, out, [&](int j, float2(&y)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       y[h] = make_float2(float(acc[4 * j + 2 * h]) * row_f[h], float(acc[4 * j + 2 * h + 1]) * row_f[h]);
@@ -239,10 +307,10 @@ __device__ __forceinline__ void store_row_scaled(const GemmParams& p, const Frag
 // Scales only, with column scales (INT8): y = acc · row factor · col_scale[c]. Each column's scale is
 // read where the column exists, once for both rows.
 template <int kBlockN, class Acc>
-__device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const Fragment& f, const float (&row_f)[2],
-                                                     const Acc (&acc)[kBlockN / 2]) {
+__device__ __forceinline__ void store_row_col_scaled(const GemmParams& p, const Fragment& f, const OutStaging& out,
+                                                     const float (&row_f)[2], const Acc (&acc)[kBlockN / 2]) {
   const float* col_scale = p.epilogue.col_scale;
-  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+  store_chunks<kBlockN>(p, f, out, [&](int j, float2(&y)[2]) {
     const int c = f.col + 8 * j;
     float cs0 = 0.f, cs1 = 0.f;
     if (c < p.n) cs0 = col_scale[c];
@@ -265,7 +333,7 @@ __device__ __forceinline__ float activate(float v) {
 // activation compiled in. The general epilogue_value path re-tests every pointer and activation per
 // element (~40 instructions per pair, 3k per copy in the 128x256 kernel); this one is straight code.
 template <int kBlockN, Activation kAct, class Acc>
-__device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, const Fragment& f,
+__device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, const Fragment& f, const OutStaging& out,
                                                         const float (&row_f)[2], const Acc (&acc)[kBlockN / 2]) {
   const auto* bias = static_cast<const __nv_bfloat162*>(p.epilogue.bias);
   const auto* residual = static_cast<const __nv_bfloat16*>(p.epilogue.residual);
@@ -286,7 +354,7 @@ __device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, con
       y[h] = v;
     }
   };
-  store_chunks<kBlockN>(p, f, values);
+  store_chunks<kBlockN>(p, f, out, values);
 }
 
 // silu_gated (SwiGLU): in a tile (its first column a multiple of 2·kGatedGroup) the thread's column
@@ -338,8 +406,8 @@ __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragme
 // element, at most one load per column pair), bias / GELU / residual with N even (the FFN's down GEMM
 // and FC1), or the whole epilogue_value per element (what remains: N odd, column scales with more).
 template <int kBlockN, class Acc>
-__device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragment& f, float tensor,
-                                              const Acc (&acc)[kBlockN / 2]) {
+__device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragment& f, const OutStaging& out,
+                                              float tensor, const Acc (&acc)[kBlockN / 2]) {
   const Epilogue& e = p.epilogue;
   float row_f[2];
 #pragma unroll
@@ -353,20 +421,20 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
   }
   if (!e.bias && !e.residual && e.activation == Activation::none) {
     if (e.col_scale)
-      store_row_col_scaled<kBlockN>(p, f, row_f, acc);
+      store_row_col_scaled<kBlockN>(p, f, out, row_f, acc);
     else
-      store_row_scaled<kBlockN>(p, f, row_f, acc);
+      store_row_scaled<kBlockN>(p, f, out, row_f, acc);
     return;
   }
   if (!e.col_scale && p.n % 2 == 0 && e.activation == Activation::none) {
-    store_bias_act_residual<kBlockN, Activation::none>(p, f, row_f, acc);
+    store_bias_act_residual<kBlockN, Activation::none>(p, f, out, row_f, acc);
     return;
   }
   if (!e.col_scale && p.n % 2 == 0 && e.activation == Activation::gelu_tanh) {
-    store_bias_act_residual<kBlockN, Activation::gelu_tanh>(p, f, row_f, acc);
+    store_bias_act_residual<kBlockN, Activation::gelu_tanh>(p, f, out, row_f, acc);
     return;
   }
-  store_chunks<kBlockN>(p, f, [&](int j, float2(&y)[2]) {
+  store_chunks<kBlockN>(p, f, out, [&](int j, float2(&y)[2]) {
     const int c = f.col + 8 * j;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -254,6 +254,10 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
     // tiles keep the summing code, and the registers of an fp32 copy of s32 accumulators, out of their
     // kernels. Each kernel inlines store_outputs once (each copy is kilobytes of code).
     const Fragment f = fragment_of<C::kBlockN>(p, unit.n_block, row0);
+    // The 128-row tiles' y through shared memory (named barriers 2, 3: 1 is the splits').
+    OutStaging out;
+    if constexpr (C::kConsumers > 1)
+      out = {p.out_tma, smem + C::kOffOut + cw * kOutSlots * kOutSlotBytes, 2 + cw, row0, unit.n_block * C::kBlockN};
     if constexpr (C::kConsumers == 1) {
       float y[kAcc];  // fp32 sums (s32 accumulators converted)
 #pragma unroll
@@ -263,11 +267,12 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         if (!p.tile_counters || !last_split_arrived(p, u)) continue;
         add_other_partials<C::kBlockN>(p, f, unit.split, y);
       }
-      store_outputs<C::kBlockN>(p, f, tensor, y);
+      store_outputs<C::kBlockN>(p, f, out, tensor, y);
     } else {
-      store_outputs<C::kBlockN>(p, f, tensor, acc);
+      store_outputs<C::kBlockN>(p, f, out, tensor, acc);
     }
   }
+  if constexpr (C::kConsumers > 1) finish_staged_stores(p);
 }
 
 }  // namespace topt::kernels::gemm

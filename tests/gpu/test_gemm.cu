@@ -62,7 +62,8 @@ std::vector<GemmCase> gemm_cases() {
        {200, 999, 520},   // 128x128, two M tiles, the second with 72 rows
        {1, 1, 8},         // the smallest shape the TMA maps take
        {256, 16896, 64}},  // clusters at their smallest: 2 x 66 tiles of 128x256, one K block
-      {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere; clusters: 8 M tiles paired
+      {{1000, 5000, 1032},  // 128x256 (160 tiles) with tails everywhere, y through TMA stores; clusters: 8 M tiles paired
+       {1000, 5004, 1032},  // N % 8 == 4: the 128-row tiles store y from registers (TMA needs 16-byte rows)
        {1100, 4900, 1032},  // clusters: 9 M tiles padded to 10, the last W tile's second half wholly past N
        {2048, 4096, 4096}});
 }
