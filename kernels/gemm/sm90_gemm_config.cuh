@@ -72,7 +72,7 @@ struct GemmConfig {
   static constexpr uint32_t kOutBytes = kConsumers > 1 ? kConsumers * kOutSlots * kOutSlotBytes : 0;
   // From a 1024-byte-aligned base: the A ring, the B ring, full[stage] and empty[stage] barriers, then
   // (1024-aligned) the y slots, last, so that a launch without them asks for less shared memory and
-  // leaves that much more to L1 (the epilogue's and the block scales' loads).
+  // leaves that much more to L1.
   static constexpr uint32_t kOffA = 0;
   static constexpr uint32_t kOffB = kOffA + kStages * kABytes;
   static constexpr uint32_t kOffBar = kOffB + kStages * kBBytes;
