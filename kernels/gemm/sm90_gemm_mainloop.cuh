@@ -141,21 +141,37 @@ __device__ __forceinline__ void issue_stage(Acc (&d)[C::kBlockN / 2], uint64_t a
   wgmma_commit();
 }
 
-// The block scales of stage `kb` for this thread's two rows (r, r + 8): x's per row and W's for the
+// The block scales of one stage for this thread's two rows (r, r + 8): x's per row and W's for the
 // tile's 128 columns (BLOCK_N is 128 under promotion), as loaded; 1 without block scales. They are
 // multiplied only where used (`factors`), so that a load issued stages ahead blocks nothing.
 struct StageScales {
   float a0 = 1.f, a1 = 1.f, b = 1.f;
   __device__ __forceinline__ float2 factors() const { return make_float2(a0 * b, a1 * b); }
 };
-__device__ __forceinline__ StageScales stage_scales(const GemmParams& p, int64_t r, int n_block, int kb) {
-  StageScales s;
-  if (!p.a_block_scale) return s;
-  s.b = p.b_block_scale[int64_t(n_block) * p.scale_groups + kb];
-  s.a0 = r < p.m ? p.a_block_scale[r * p.scale_groups + kb] : 0.f;
-  s.a1 = r + 8 < p.m ? p.a_block_scale[(r + 8) * p.scale_groups + kb] : 0.f;
-  return s;
-}
+// Where a tile's block scales start for this thread: stage kb's are [kb] of each, so that a stage costs
+// three loads and no address arithmetic (the per-stage row products and bound tests were a quarter of
+// the block-scaled kernel's instructions). Rows past M read row M - 1's: their A rows are TMA's zeros
+// and their outputs are never stored.
+struct TileScales {
+  const float* a0 = nullptr;
+  const float* a1 = nullptr;
+  const float* b = nullptr;
+  __device__ __forceinline__ TileScales(const GemmParams& p, int64_t r, int n_block) {
+    if (!p.a_block_scale) return;
+    const int64_t last = p.m - 1;
+    a0 = p.a_block_scale + min(r, last) * p.scale_groups;
+    a1 = p.a_block_scale + min(r + 8, last) * p.scale_groups;
+    b = p.b_block_scale + int64_t(n_block) * p.scale_groups;
+  }
+  __device__ __forceinline__ StageScales at(int kb) const {
+    StageScales s;
+    if (!b) return s;
+    s.a0 = a0[kb];
+    s.a1 = a1[kb];
+    s.b = b[kb];
+    return s;
+  }
+};
 
 // With K split and reduced in the kernel: whether this split is the last of its tile to arrive (per
 // consumer warpgroup), which then sums the others' partials and stores the tile; it leaves the counter
@@ -208,32 +224,38 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
       // The scales of the next two stages are in flight while a stage's MMAs run: an L2 round trip
       // (~600+ cycles) is longer than one 64-row stage of FP8 MMAs, and block scales promote every stage.
-      StageScales s_ahead[2] = {stage_scales(p, r, unit.n_block, unit.k_begin),
-                           stage_scales(p, r, unit.n_block, min(unit.k_begin + 1, unit.k_end - 1))};
+      const TileScales scales(p, r, unit.n_block);
+      StageScales s_ahead[2] = {scales.at(unit.k_begin), scales.at(min(unit.k_begin + 1, unit.k_end - 1))};
+      // Zeroed once per tile, not selected against at every promotion (64 FSEL a stage).
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+      // A stage's data is waited for under the MMAs of the stage before (the tile's first, here), so
+      // that the promotion's end and the next MMAs have only the issue between them.
+      mbar_wait(bars.full(pos.stage), pos.phase);
       for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
         const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
         int in_flight = -1;
         StageScales s;
         for (int kb = kb0; kb < kb_end; ++kb) {
-          mbar_wait(bars.full(pos.stage), pos.phase);
           issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
                          desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
           // Block scales promote every stage, so the run's last stage's scales are the run's.
           s = s_ahead[0];
           s_ahead[0] = s_ahead[1];
-          s_ahead[1] = stage_scales(p, r, unit.n_block, min(kb + 2, unit.k_end - 1));
+          s_ahead[1] = scales.at(min(kb + 2, unit.k_end - 1));
+          const int stage = pos.stage;
+          pos.advance();
+          if (kb + 1 < unit.k_end) mbar_wait(bars.full(pos.stage), pos.phase);
           wgmma_wait<1>();
           if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
-          in_flight = pos.stage;
-          pos.advance();
+          in_flight = stage;
         }
         wgmma_wait<0>();
         fence_regs(part);
         if (lane == 0) release_stage<C>(bars.empty(in_flight));
-        const bool first = kb0 == unit.k_begin;
         const float2 f = s.factors();
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] = (first ? 0.f : acc[i]) + part[i] * ((i % 4) < 2 ? f.x : f.y);
+        for (int i = 0; i < kAcc; ++i) acc[i] += part[i] * ((i % 4) < 2 ? f.x : f.y);
       }
     } else {
       int in_flight = -1;  // the stage whose wgmma group may still be reading it

@@ -263,7 +263,10 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
          uint64_t((addr >> 4) & 0x3FFF);
 }
 // The descriptor of the same tile `bytes` further on (a K step inside an atom, or the next atom):
-// the start address is the low field and never carries out of it for shared-memory addresses.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// the start address is the low field and never carries out of it for shared-memory addresses, so
+// the add is on the low word alone (a 64-bit add cost a carry chain and register moves per wgmma).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | (uint32_t(desc) + (bytes >> 4));
+}
 
 }  // namespace topt::kernels::sm90
