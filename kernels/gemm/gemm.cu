@@ -304,14 +304,16 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
   }
   p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
-  // The 128-row tiles stage bf16 y for TMA stores of 64x64 boxes: 16-byte row strides and base.
-  p.out_tma = !streams && args.m > 0 && tile_m(plan.tile) == 128 &&
-              args.epilogue.activation != Activation::silu_gated && args.n % 8 == 0 &&
+  // The 128-row tiles stage bf16 y (SwiGLU: h, gated_cols wide) for TMA stores of 64x64 boxes:
+  // 16-byte row strides and base.
+  const bool gated = args.epilogue.activation == Activation::silu_gated;
+  const int64_t y_cols = gated ? args.epilogue.gated_cols : args.n;
+  p.out_tma = !streams && args.m > 0 && tile_m(plan.tile) == 128 && !args.epilogue.out_scale && y_cols % 8 == 0 &&
               reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
   p.tma_out = CUtensorMap{};
   if (p.out_tma) {
-    const uint64_t dims[2] = {uint64_t(args.n), uint64_t(args.m)};
-    const uint64_t strides[1] = {uint64_t(args.n) * 2};
+    const uint64_t dims[2] = {uint64_t(y_cols), uint64_t(args.m)};
+    const uint64_t strides[1] = {uint64_t(y_cols) * 2};
     const uint32_t box[2] = {64, 64};
     p.tma_out = make_tma_map_16bit("gemm y", args.out, false, 2, dims, strides, box);
   }

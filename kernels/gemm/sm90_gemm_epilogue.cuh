@@ -359,8 +359,17 @@ __device__ __forceinline__ void store_bias_act_residual(const GemmParams& p, con
 
 // silu_gated (SwiGLU): in a tile (its first column a multiple of 2·kGatedGroup) the thread's column
 // groups alternate gate (8-column group 2t) and up (2t + 1), so its accumulators 8t + 2h + e and
-// 8t + 4 + 2h + e are a gate and its up, of output column (tile column)/2 + 8t + 2(lane % 4) + e. Per
-// output pair: 4 multiplies, two SiLUs; two pairs go out as one 8-byte (bf16) or 4-byte (E4M3 codes)
+// 8t + 4 + 2h + e are a gate and its up, of output column (tile column)/2 + 8t + 2(lane % 4) + e: the
+// outputs of row half h of output group t, 4 multiplies and two SiLUs. Output group t holds the
+// columns a (64, kBlockN / 2) accumulator's group t would, so the staged stores take them as they are.
+template <int kBlockN, class Acc>
+__device__ __forceinline__ float2 gated_pair(const Acc (&acc)[kBlockN / 2], const float (&row_f)[2], int t, int h) {
+  const int g = 8 * t + 2 * h, u = g + 4;
+  return make_float2(silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]),
+                     silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]));
+}
+
+// The SwiGLU outputs from registers: two pairs go out as one 8-byte (bf16) or 4-byte (E4M3 codes)
 // store (quad_of_groups); gated_cols % 4 == 0 (prepare_gemm checks), so a quad is in or out as a
 // whole and its store aligned.
 template <int kBlockN, bool kCodes, class Acc>
@@ -377,15 +386,12 @@ __device__ __forceinline__ void store_gated_as(const GemmParams& p, const Fragme
   Out* dst[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) dst[h] = static_cast<Out*>(p.out) + f.row[h] * e.gated_cols + col0;
-  // Output group t's pair of row h (8 output columns a group, as store_chunks_as's column groups).
   auto pair_of = [&](int t, int h) {
-    const int g = 8 * t + 2 * h, u = g + 4;
-    const float y0 = silu(float(acc[g]) * row_f[h]) * (float(acc[u]) * row_f[h]);
-    const float y1 = silu(float(acc[g + 1]) * row_f[h]) * (float(acc[u + 1]) * row_f[h]);
+    const float2 y = gated_pair<kBlockN>(acc, row_f, t, h);
     if constexpr (kCodes)
-      return __nv_cvt_float2_to_fp8x2(make_float2(y0 * inv_scale, y1 * inv_scale), __NV_SATFINITE, __NV_E4M3);
+      return __nv_cvt_float2_to_fp8x2(make_float2(y.x * inv_scale, y.y * inv_scale), __NV_SATFINITE, __NV_E4M3);
     else
-      return __float22bfloat162_rn(make_float2(y0, y1));
+      return __float22bfloat162_rn(y);
   };
   // Whole sectors, as store_chunks_as's quad stores: gated_cols % 4 == 0 (prepare_gemm checks).
   const bool odd = threadIdx.x % 2;
@@ -413,10 +419,19 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_f[h] = f.row_in[h] ? row_factor(e, tensor, f.row[h]) : 0.f;
   if (e.activation == Activation::silu_gated) {
-    if (e.out_scale)
+    if (e.out_scale) {
       store_gated_as<kBlockN, true>(p, f, row_f, acc);
-    else
+    } else if (out.on) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
+      OutStaging gated = out;
+      gated.col0 /= 2;
+      auto values = [&](int t, float2(&y)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) y[h] = gated_pair<kBlockN>(acc, row_f, t, h);
+      };
+      store_chunks_staged<kBlockN / 2>(p, gated, values);
+    } else {
       store_gated_as<kBlockN, false>(p, f, row_f, acc);
+    }
     return;
   }
   if (!e.bias && !e.residual && e.activation == Activation::none) {
