@@ -70,8 +70,9 @@ struct GemmArgs {
 // once, at prepare, so that a launch costs no host work beyond the launch itself.
 struct GemmParams {  // 64-byte aligned through CUtensorMap
   CUtensorMap tma_a, tma_b;  // the streaming kernel (TileShape::stream) encodes only tma_b
-  // y [M, N] bf16 in 64x64 boxes, where the 128-row tiles store through shared memory (out_tma: bf16 y,
-  // not silu_gated, N % 8 == 0 and y 16-byte aligned, as TMA needs); else y goes out from registers.
+  // y [M, N] bf16 (silu_gated: [M, gated_cols]) in 64x64 boxes, where the 128-row tiles store through
+  // shared memory (out_tma: bf16 y, its width % 8 == 0 and y 16-byte aligned, as TMA needs); else y goes
+  // out from registers.
   CUtensorMap tma_out;
   bool out_tma;
   const void* a;        // x itself: the streaming kernel loads its B fragments from global memory
