@@ -1,6 +1,6 @@
 // The GEMM core's epilogue: each consumer thread's accumulators go through the Epilogue (scales, bias,
 // activation, residual) to bf16 y, staged through shared memory and stored by TMA where the tile
-// has a buffer for it (the 128-row tiles, N % 8 == 0), else straight from registers; or, when the
+// has a buffer for it (the 128-row tiles, y's width % 8 == 0), else straight from registers; or, when the
 // tile's K is split, as fp32 partials that the reduce kernel (gemm.cu) or the tile's last split sums
 // and sends through the same epilogue_value.
 //
@@ -227,7 +227,7 @@ struct OutStaging {
   bool on = false;         // p.out_tma and a config with slots
   uint32_t slots = 0;      // shared address of this warpgroup's slot 0 (1024-byte aligned)
   int barrier = 0;         // this warpgroup's named barrier
-  int row0 = 0, col0 = 0;  // the warpgroup's first row and the tile's first column in y
+  int row0 = 0, col0 = 0;  // the warpgroup's first row and the tile's first column (of N; SwiGLU's h: half)
 };
 
 // The tile as 64-column boxes, each through a slot: values(j, y) for its 8 column groups, stmatrix into
