@@ -257,13 +257,14 @@ __device__ __forceinline__ V cluster_allreduce(V block_value, Op op, V identity)
   return v;
 }
 
-// Launches `kernel` over rows × splits blocks of `threads` threads, the `splits` blocks of a row
+// Launches `kernel` over rows × splits blocks of `threads` threads (and `shared_bytes` of dynamic
+// shared memory), the `splits` blocks of a row
 // adjacent (block b takes slice b % splits of row b / splits): one cluster per row
 // (RowExchange::cluster), or one cooperative grid, whose blocks the launch guarantees to run at once
 // (RowExchange::grid; it fails rather than hang where they cannot).
 template <class... KernelArgs, class... Args>
-void launch_split_rows(void (*kernel)(KernelArgs...), int64_t rows, int splits, int threads, RowExchange exchange,
-                       cudaStream_t stream, const Args&... args) {
+void launch_split_rows(void (*kernel)(KernelArgs...), int64_t rows, int splits, int threads, int shared_bytes,
+                       RowExchange exchange, cudaStream_t stream, const Args&... args) {
   cudaLaunchAttribute attribute;
   if (exchange == RowExchange::cluster) {
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -277,6 +278,7 @@ void launch_split_rows(void (*kernel)(KernelArgs...), int64_t rows, int splits, 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(rows * splits));
   config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = size_t(shared_bytes);
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
@@ -291,7 +293,7 @@ inline int slice_threads(int slice_vec, int vpt) { return ((slice_vec + vpt - 1)
 template <class... KernelArgs, class... Args>
 void launch_on_clusters(void (*kernel)(KernelArgs...), int64_t rows, int slice_vec, int vpt, cudaStream_t stream,
                         const Args&... args) {
-  launch_split_rows(kernel, rows, kRowClusterBlocks, slice_threads(slice_vec, vpt), RowExchange::cluster, stream,
+  launch_split_rows(kernel, rows, kRowClusterBlocks, slice_threads(slice_vec, vpt), 0, RowExchange::cluster, stream,
                     args...);
 }
 

@@ -42,6 +42,9 @@ enum class RowSplit {
   // choose_vocab_row_tiling: small slices over many SMs when rows are few, ≤ 64 KB slices of
   // ≤ 512 threads (two blocks per SM) when they are many
   vocab_clusters,
+  // softmax only, every row over a cluster of up to 8 blocks whose slices (<= 64 KB) wait in shared
+  // memory, copied there by TMA bulk copies: three blocks per SM (choose_staged_row_tiling)
+  staged_clusters,
 };
 
 // Blocks per cluster for a split row: 8, the portable cluster size.
@@ -140,6 +143,25 @@ constexpr int kVocabKeptExpsSliceVectors = 4 * kVocabMaxThreads;
 // SM then keeps a few rows' blocks on as many SMs as there are blocks, each SM's ex2 work and traffic
 // the least. Call vocab_row_unsupported first.
 SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device);
+
+// ---- Rows staged in shared memory over clusters (RowSplit::staged_clusters) ----
+
+// Threads of a staged_clusters block. Its slice (<= kMaxSliceVectors, 64 KB) lies in shared memory,
+// not registers, so three blocks share an SM (228 KB) and one block's loads run under the others'
+// passes and stores; the register rungs hold one or two blocks per SM (61-78% of the copy bound at
+// 256-1024 rows of 128k-256k, kernels/norm/NOTES.md).
+constexpr int kStagedThreads = 256;
+constexpr int kStagedBlocksPerSm = 3;
+
+// "" when staged_clusters takes rows of `cols`, else why not: the row's body in at most
+// kRowClusterBlocks slices of kMaxSliceVectors.
+std::string staged_row_unsupported(int64_t rows, int64_t cols, DType dtype);
+
+// The staged_clusters split: as few blocks as hold the row at <= kMaxSliceVectors each, raised where
+// rows are few until rows × blocks fills one wave of kStagedBlocksPerSm blocks per SM, but no slice
+// smaller than kVocabMinSliceVectors and no cluster larger than kRowClusterBlocks (portable: no
+// 16-block cluster to find room for). Call staged_row_unsupported first.
+SplitRowTiling choose_staged_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device);
 
 // Calls f(std::integral_constant<int, v>{}) for the v among kValues that equals `value`.
 template <int... kValues, class F>

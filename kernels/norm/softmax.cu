@@ -86,6 +86,7 @@ RowDevice row_device() {
 
 // How a row softmax launch splits its rows (kernels/norm/softmax.h), or nothing for one block per row.
 std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
+  if (split == RowSplit::staged_clusters) return choose_staged_row_tiling(rows, cols, dtype, RowDevice{device_sms()});
   if (split == RowSplit::vocab_clusters) {
     const RowDevice device = row_device();
     if (auto why = vocab_row_unsupported(rows, cols, dtype, device); !why.empty())
@@ -109,12 +110,28 @@ std::optional<SplitRowTiling> choose_softmax_split(int64_t rows, int64_t cols, D
   return t;
 }
 
+// The blocks of a split row take its 16-byte vectors and its edges at the same offsets in x and y.
+template <class T>
+void check_split_alignment(const SoftmaxArgs<T>& args) {
+  if ((reinterpret_cast<uintptr_t>(args.x) - reinterpret_cast<uintptr_t>(args.y)) % kSplitVectorBytes)
+    throw Unsupported("softmax: rows split over blocks need x and y at the same address modulo 16 bytes");
+}
+
+template <class T>
+void launch_staged_split(const SoftmaxArgs<T>& args, int64_t rows, const SplitRowTiling& t, cudaStream_t stream) {
+  check_split_alignment(args);
+  auto kernel = softmax_staged_split_kernel<T>;
+  const int smem = t.slice_vec * kSplitVectorBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  launch_split_rows(kernel, rows, t.splits, t.tiling.threads, smem, RowExchange::cluster, stream, args, t.splits,
+                    t.slice_vec);
+}
+
 template <class T>
 void launch_split(const SoftmaxArgs<T>& args, int64_t rows, const SplitRowTiling& t, void* scratch,
                   cudaStream_t stream) {
-  // The blocks of a row take its 16-byte vectors and its edges at the same offsets in x and y.
-  if ((reinterpret_cast<uintptr_t>(args.x) - reinterpret_cast<uintptr_t>(args.y)) % kSplitVectorBytes)
-    throw Unsupported("softmax: rows split over blocks need x and y at the same address modulo 16 bytes");
+  check_split_alignment(args);
   GridRowScratch grid{};
   if (t.exchange == RowExchange::grid) {
     if (!scratch) throw std::invalid_argument("softmax: rows split over a grid need scratch (softmax_scratch_bytes)");
@@ -126,10 +143,10 @@ void launch_split(const SoftmaxArgs<T>& args, int64_t rows, const SplitRowTiling
       auto kernel = softmax_split_kernel<T, kVpt, RowExchange::cluster>;
       if (t.splits > kRowClusterBlocks)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-      launch_split_rows(kernel, rows, t.splits, t.tiling.threads, t.exchange, stream, args, t.splits, t.slice_vec,
-                        grid);
+      launch_split_rows(kernel, rows, t.splits, t.tiling.threads, 0, t.exchange, stream, args, t.splits,
+                        t.slice_vec, grid);
     } else {
-      launch_split_rows(softmax_split_kernel<T, kVpt, RowExchange::grid>, rows, t.splits, t.tiling.threads,
+      launch_split_rows(softmax_split_kernel<T, kVpt, RowExchange::grid>, rows, t.splits, t.tiling.threads, 0,
                         t.exchange, stream, args, t.splits, t.slice_vec, grid);
     }
   });
@@ -143,16 +160,19 @@ void launch_softmax(const char* op, const char* width_axis, const void* x, void*
       kCausal ? row_unsupported(rows, cols, dtype, width_axis) : softmax_unsupported(rows, cols, dtype, split);
   if (!why.empty()) throw Unsupported(std::string(op) + ": " + why);
   if (!(scale > 0)) throw std::invalid_argument(std::string(op) + ": scale must be > 0");
-  if (storage == RowStorage::shared_memory)
+  // A row in one block's shared memory (ours_staged); staged_clusters stages its slices itself.
+  const bool staged_block = storage == RowStorage::shared_memory && split != RowSplit::staged_clusters;
+  if (staged_block)
     if (auto why = softmax_staged_unsupported(rows, cols, dtype); !why.empty()) throw Unsupported(why);
   const std::optional<SplitRowTiling> split_tiling =
-      kCausal || storage == RowStorage::shared_memory ? std::nullopt : choose_softmax_split(rows, cols, dtype, split);
+      kCausal || staged_block ? std::nullopt : choose_softmax_split(rows, cols, dtype, split);
   dispatch_half_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const SoftmaxArgs<T> args{static_cast<const T*>(x), static_cast<T*>(y), int(cols), float(scale * M_LOG2E),
                               read_masked, schedule.zeros_first, schedule.long_rows_first, schedule.stream_stores};
+    if (split_tiling && split == RowSplit::staged_clusters) return launch_staged_split(args, rows, *split_tiling, stream);
     if (split_tiling) return launch_split(args, rows, *split_tiling, scratch, stream);
-    if (storage == RowStorage::shared_memory) return launch_staged(args, rows, algo, stream);
+    if (staged_block) return launch_staged(args, rows, algo, stream);
     const RowTiling tiling = choose_row_tiling(cols, dtype, kSoftmaxVectorsPerThread);
     dispatch_row_tiling<4, 8>(tiling, [&](auto vec, auto vpt) {
       auto launch = [&](auto kernel) { kernel<<<unsigned(rows), tiling.threads, 0, stream>>>(args); };
@@ -180,6 +200,7 @@ std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype) {
 
 std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype, RowSplit split) {
   if (split == RowSplit::vocab_clusters) return vocab_row_unsupported(rows, cols, dtype);
+  if (split == RowSplit::staged_clusters) return staged_row_unsupported(rows, cols, dtype);
   return softmax_unsupported(rows, cols, dtype);
 }
 

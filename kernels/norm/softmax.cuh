@@ -7,6 +7,7 @@
 
 #include "kernels/norm/row_tile.cuh"
 #include "kernels/norm/softmax.h"
+#include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels {
 
@@ -279,6 +280,84 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   });
   if (edge_col >= 0) y_row[edge_col] = from_f32<T>(edge_exp * factor);
   if constexpr (kExchange == RowExchange::cluster) cluster_wait();
+}
+
+// A staged block's slice lands in chunks of this many vectors (8 KB), each completing its own
+// mbarrier, so that the first pass starts on the first chunk while the later ones are in flight.
+constexpr int kStagedChunkVectors = 512;
+constexpr int kStagedMaxChunks = kMaxSliceVectors / kStagedChunkVectors;
+
+// softmax_split_kernel's cluster split (RowSplit::staged_clusters) with each block's slice in shared
+// memory instead of registers: thread 0 issues the slice's TMA bulk copies at the start (no
+// registers, no per-thread addresses), every thread folds each chunk into its online (max, sum) as
+// the chunk lands, the pairs merge over the block and the cluster (DSMEM, one cluster barrier), and
+// y is written from shared memory. ≤ 64 KB and kStagedThreads threads a block: three blocks per SM,
+// whose loads, passes and stores overlap. Edges, alignment and −inf rows as softmax_split_kernel.
+// Two ex2 per element (one per pass): 16 per clock per SM keep that under the copy time.
+template <class T>
+__global__ void __launch_bounds__(kStagedThreads)
+    softmax_staged_split_kernel(const SoftmaxArgs<T> a, int splits, int slice_vec) {
+  using Frag = RowFragment<T, 8, 1>;  // one 16-byte vector
+  using Vec = typename Frag::Vec;
+  extern __shared__ __align__(128) unsigned char staged_slice[];
+  __shared__ uint64_t chunk_full[kStagedMaxChunks];
+  const Vec* s_slice = reinterpret_cast<const Vec*>(staged_slice);
+  const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
+  const T* x_row = a.x + size_t(row_index) * a.cols;
+  T* y_row = a.y + size_t(row_index) * a.cols;
+  const RowBody body = row_body(x_row, a.cols);
+  const int first = part * slice_vec;
+  const int n_local = max(0, min(body.n_vec - first, slice_vec));
+  const size_t slice = size_t(body.head) + size_t(first) * 8;  // this block's first column
+  const int n_chunks = (n_local + kStagedChunkVectors - 1) / kStagedChunkVectors;
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < n_chunks; ++c) sm90::mbar_init(sm90::smem_addr(&chunk_full[c]), 1);
+    sm90::mbar_init_fence();
+    for (int c = 0; c < n_chunks; ++c) {
+      const uint32_t bytes = uint32_t(min(kStagedChunkVectors, n_local - c * kStagedChunkVectors)) * sizeof(Vec);
+      const uint32_t bar = sm90::smem_addr(&chunk_full[c]);
+      sm90::mbar_arrive_expect_tx(bar, bytes);
+      sm90::bulk_load(sm90::smem_addr(s_slice + c * kStagedChunkVectors), x_row + slice + size_t(c) * kStagedChunkVectors * 8,
+                      bytes, bar);
+    }
+  }
+  const int edge_col = part == splits - 1 ? body.edge_col(threadIdx.x, a.cols) : -1;
+  const float edge = edge_col >= 0 ? to_f32(x_row[edge_col]) : -INFINITY;
+  const float s = a.scale_log2e;
+  const MergeMaxSum merge{s};
+  MaxSum mine{edge, edge == -INFINITY ? 0.f : 1.f};  // exp2((edge − edge)·s) = 1
+  __syncthreads();  // the barriers are initialized before any thread waits on them
+
+  for (int c = 0; c < n_chunks; ++c) {
+    sm90::mbar_wait(sm90::smem_addr(&chunk_full[c]), 0);
+    const int end = min(n_local, (c + 1) * kStagedChunkVectors);
+#pragma unroll 2
+    for (int v = c * kStagedChunkVectors + int(threadIdx.x); v < end; v += kStagedThreads) {
+      Frag x;
+      x.vec[0] = s_slice[v];
+      float vec_max = -INFINITY;
+      for_each_element<1, 8>([&](int, int j) { vec_max = fmaxf(vec_max, x.at(0, j)); });
+      if (vec_max > mine.max) {
+        mine.sum *= merge.rescale(mine.max, vec_max);
+        mine.max = vec_max;
+      }
+      const float shift = finite_or_zero(mine.max);
+      for_each_element<1, 8>([&](int, int j) { mine.sum += fast_exp2((x.at(0, j) - shift) * s); });
+    }
+  }
+
+  const MaxSum none{-INFINITY, 0.f};
+  const MaxSum total = cluster_allreduce(block_allreduce(mine, merge, none), merge, none);
+  const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
+  Vec* y_slice = reinterpret_cast<Vec*>(y_row + slice);
+#pragma unroll 4
+  for (int v = threadIdx.x; v < n_local; v += kStagedThreads) {
+    Frag x;
+    x.vec[0] = s_slice[v];
+    y_slice[v] = Frag::pack(0, [&](int, int j) { return fast_exp2((x.at(0, j) - max) * s) * inv_sum; });
+  }
+  if (edge_col >= 0) y_row[edge_col] = from_f32<T>(fast_exp2((edge - max) * s) * inv_sum);
+  cluster_wait();
 }
 
 }  // namespace topt::kernels

@@ -35,7 +35,8 @@ std::string softmax_staged_unsupported(int64_t rows, int64_t cols, DType dtype);
 // 262151 wide in bf16, any width), else why not.
 std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype);
 // The same for the split `split`: RowSplit::vocab_clusters takes rows of up to 4096 16-byte vectors
-// per block of the device's largest cluster (524295 bf16 on an H100).
+// per block of the device's largest cluster (524295 bf16 on an H100), staged_clusters of 8 blocks
+// (262151).
 std::string softmax_unsupported(int64_t rows, int64_t cols, DType dtype, RowSplit split);
 
 // y = softmax(x) over each row of x [rows, cols]; rows wider than one block holds take several
@@ -49,9 +50,11 @@ void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType d
 //   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`;
 // - vocab_clusters: every row over a cluster sized to the rows (choose_vocab_row_tiling), up to 16
 //   blocks, two blocks per SM where rows are many.
+// - staged_clusters: every row over a cluster of up to 8 blocks (choose_staged_row_tiling) whose slices
+//   wait in shared memory, copied there by TMA bulk copies, three blocks per SM.
 // Split rows take any width (16-byte vectors over each row's aligned body, scalars at its edges) and
 // need x and y at the same address modulo 16 bytes.
-// Split rows are held in registers and reduced online (`storage` and `algo` apply only to one block
+// Split rows are held in registers (shared memory for staged_clusters) and reduced online (`storage` and `algo` apply only to one block
 // per row). `scratch` holds softmax_scratch_bytes() zeroed once before the first launch, and then
 // serves this one shape on one stream; it may be null where that is 0.
 size_t softmax_scratch_bytes(int64_t rows, int64_t cols, DType dtype, RowSplit split);

@@ -310,6 +310,18 @@ void register_softmax(Registry& registry) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
                                             kernels::RowSplit::vocab_clusters, s);
                       }});
+  op.impls.push_back({"ours_v5", Role::ours,
+                      "every row over a cluster of up to 8 blocks whose <= 64 KB slices are staged in shared memory "
+                      "by TMA bulk copies (three blocks per SM, so one block's loads overlap the others' passes and "
+                      "stores); chunks reduced as they land",
+                      [](const Case& c) {
+                        const SoftmaxShape s = softmax_shape(c);
+                        return kernels::softmax_unsupported(s.rows, s.cols, s.dtype, kernels::RowSplit::staged_clusters);
+                      },
+                      [](const Problem& p, const Case&, cudaStream_t s) {
+                        return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::shared_memory,
+                                            kernels::RowSplit::staged_clusters, s);
+                      }});
   for (Impl& impl : op.impls) impl.read_bound = "copy";
   registry.add(std::move(op));
 }

@@ -44,10 +44,11 @@ struct OpCase {
 
 const std::vector<std::string> kNormImpls{"ours", "ours_v2", "unfused", "cudnn"};
 const std::vector<std::string> kAddRmsNormImpls{"ours", "ours_v2", "unfused", "cudnn", "flashinfer"};
-const std::vector<std::string> kSoftmaxImpls{"ours",        "ours_v2", "ours_v3", "ours_v4", "ours_twopass",
-                                             "ours_staged", "unfused", "cudnn"};
+const std::vector<std::string> kSoftmaxImpls{"ours",         "ours_v2",     "ours_v3", "ours_v4",
+                                             "ours_v5",      "ours_twopass", "ours_staged", "unfused",
+                                             "cudnn"};
 // The rungs that take rows wider than one block holds.
-const std::vector<std::string> kVocabImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "cudnn", "unfused"};
+const std::vector<std::string> kVocabImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "cudnn", "unfused"};
 const std::vector<std::string> kCausalImpls{"ours", "ours_v2", "ours_v3", "ours_v4", "ours_fullrow", "cudnn"};
 
 std::vector<OpCase> op_cases() {
@@ -80,13 +81,13 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"softmax_extreme_odd", "softmax", softmax_params(8, 1001, "extreme"), kSoftmaxImpls});
   // cuDNN gives NaN on such rows (see CudnnSoftmaxGivesNanOnAllNegInfRows); the op defines zeros.
   cases.push_back({"softmax_neg_inf_rows", "softmax", softmax_params(9, 4096, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "ours_twopass", "ours_staged", "unfused"}});
   cases.push_back({"softmax_neg_inf_rows_wide", "softmax", softmax_params(6, 32768, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_twopass", "ours_staged", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "ours_twopass", "ours_staged", "unfused"}});
   // A slice of -inf beside finite ones: the cluster merge must not let an empty block's max (−inf)
   // or a masked slice decide the row's max.
   cases.push_back(
-      {"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2", "ours_v3", "ours_v4"}});
+      {"softmax_extreme_wide", "softmax", softmax_params(3, 32000, "extreme"), {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5"}});
   // Rows over several blocks (vocabularies): over one block per SM (few rows: the grid exchange, one
   // counter per row), over a cluster (many rows), uneven slices, a slice of -inf, whole rows of -inf,
   // and the grid rung at every width. Odd widths (any width: 16-byte vectors over each row's aligned
@@ -110,11 +111,11 @@ std::vector<OpCase> op_cases() {
     cases.push_back({"softmax_vocab_v4_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
                      softmax_params(rows, cols), {"ours_v4", "unfused"}});
   cases.push_back({"softmax_vocab_extreme", "softmax", softmax_params(5, 128256, "extreme"),
-                   {"ours", "ours_v2", "ours_v3", "ours_v4"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5"}});
   cases.push_back({"softmax_vocab_extreme_odd", "softmax", softmax_params(9, 128257, "extreme"),
-                   {"ours", "ours_v2", "ours_v3", "ours_v4"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5"}});
   cases.push_back({"softmax_vocab_neg_inf_rows", "softmax", softmax_params(9, 256000, "neg_inf_rows"),
-                   {"ours", "ours_v2", "ours_v3", "ours_v4", "unfused"}});
+                   {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5", "unfused"}});
   cases.push_back({"softmax_grid_narrow", "softmax", softmax_params(3, 512), {"ours_v3"}});
 
   for (int64_t seq : {1, 7, 64, 1000, 1001})
@@ -207,6 +208,8 @@ TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
                                                       "16-byte vectors per row in registers, 262151 wide at most"},
       {"softmax", "ours_v4", softmax_params(1, 524296), "cols=524296: a cluster of 16 blocks holds at most 65536 "
                                                          "16-byte vectors per row in registers, 524295 wide at most"},
+      {"softmax", "ours_v5", softmax_params(1, 262152), "cols=262152: a cluster of 8 blocks holds at most 32768 "
+                                                         "16-byte vectors per row in shared memory, 262151 wide at most"},
       {"softmax", "ours_twopass", softmax_params(1, 65544), "cols=65544: with 8-element vectors one block holds at "
                                                              "most 65536 per row"},
       {"softmax", "ours_staged", softmax_params(1, 4100), "cols=4100: the staged row is copied in 16-byte vectors"},

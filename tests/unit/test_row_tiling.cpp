@@ -198,5 +198,36 @@ TEST(VocabRowTiling, TakesAnyWidthUpTo16Blocks) {
   EXPECT_NE(vocab_row_unsupported(0, 4096, DType::bf16), "");
 }
 
+// Every staged_clusters plan: one portable cluster, kStagedThreads threads, at most 64 KB a slice.
+void expect_staged_plan(const SplitRowTiling& t, int64_t cols) {
+  expect_covers(t, cols);
+  EXPECT_EQ(t.exchange, RowExchange::cluster);
+  EXPECT_LE(t.splits, kRowClusterBlocks);
+  EXPECT_EQ(t.tiling.threads, kStagedThreads);
+  EXPECT_LE(t.slice_vec, kMaxSliceVectors);
+}
+
+TEST(StagedRowTiling, ManyRowsTakeAsFewBlocksAsHoldTheRow) {
+  // 1024 x 128256: 16032 vectors in 4 blocks of 4008 (64 KB); 256000 in 8 of 4000; 152064 in 5.
+  const SplitRowTiling t = choose_staged_row_tiling(1024, 128256, DType::bf16, kH100);
+  expect_blocks(t, 4, 4008, 16, kStagedThreads);
+  EXPECT_EQ(choose_staged_row_tiling(256, 256000, DType::bf16, kH100).splits, 8);
+  EXPECT_EQ(choose_staged_row_tiling(256, 152064, DType::bf16, kH100).splits, 5);
+  // 64 rows fill one wave of three blocks per SM (396) with 6 blocks each, not 4.
+  EXPECT_EQ(choose_staged_row_tiling(64, 128256, DType::bf16, kH100).splits, 6);
+  // One row: the portable cluster at most; a narrow row no slice under 512 vectors.
+  EXPECT_EQ(choose_staged_row_tiling(1, 256000, DType::bf16, kH100).splits, 8);
+  EXPECT_EQ(choose_staged_row_tiling(1, 32000, DType::bf16, kH100).splits, 8);
+  EXPECT_EQ(choose_staged_row_tiling(16, 4096, DType::bf16, kH100).splits, 1);
+  for (int64_t rows : {1, 4, 16, 64, 256, 1024})
+    for (int64_t cols : {7, 4096, 32000, 128256, 128257, 152064, 256000, 262151})
+      expect_staged_plan(choose_staged_row_tiling(rows, cols, DType::bf16, kH100), cols);
+}
+
+TEST(StagedRowTiling, RefusesRowsPastEightSlices) {
+  EXPECT_EQ(staged_row_unsupported(1, 262151, DType::bf16), "");
+  EXPECT_NE(staged_row_unsupported(1, 262152, DType::bf16).find("in shared memory"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace topt::kernels
