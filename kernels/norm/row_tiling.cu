@@ -57,17 +57,16 @@ int64_t split_body_vectors(int64_t cols, DType dtype) {
 namespace {
 
 // Why rows of `cols` cannot be split over at most `max_blocks` blocks of kMaxSliceVectors, or "".
-std::string split_unsupported(int64_t rows, int64_t cols, DType dtype, const char* width_axis, int max_blocks,
-                              const char* held_in = "registers") {
+std::string split_unsupported(int64_t rows, int64_t cols, DType dtype, const char* width_axis, int max_blocks) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     return fmt::format("dtype {}: these kernels take bf16 or fp16", dtype_name(dtype));
   const int64_t max_rows = INT32_MAX / max_blocks;
   if (rows < 1 || rows > max_rows) return fmt::format("rows={}: must be in [1, {}]", rows, max_rows);
   const int64_t max_vectors = int64_t(kMaxSliceVectors) * max_blocks;
   if (cols < 1 || split_body_vectors(cols, dtype) > max_vectors)
-    return fmt::format("{}={}: a cluster of {} blocks holds at most {} 16-byte vectors per row in {}, "
+    return fmt::format("{}={}: a cluster of {} blocks holds at most {} 16-byte vectors per row, "
                        "{} wide at most",
-                       width_axis, cols, max_blocks, max_vectors, held_in,
+                       width_axis, cols, max_blocks, max_vectors,
                        (max_vectors + 1) * kSplitVectorBytes / int64_t(dtype_size(dtype)) - 1);
   return "";
 }
@@ -107,7 +106,7 @@ SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, 
 }
 
 std::string staged_row_unsupported(int64_t rows, int64_t cols, DType dtype) {
-  return split_unsupported(rows, cols, dtype, "cols", kRowClusterBlocks, "shared memory");
+  return split_unsupported(rows, cols, dtype, "cols", kRowClusterBlocks);
 }
 
 SplitRowTiling choose_staged_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device) {
@@ -121,6 +120,7 @@ SplitRowTiling choose_staged_row_tiling(int64_t rows, int64_t cols, DType dtype,
   t.slice_vec = int(ceil_div(n_vec, splits));
   t.splits = int(ceil_div(n_vec, t.slice_vec));  // no empty slice
   t.tiling = {kSplitVectorBytes / int(dtype_size(dtype)), int(ceil_div(t.slice_vec, kStagedThreads)), kStagedThreads};
+  t.in_shared_memory = true;
   return t;
 }
 

@@ -70,12 +70,13 @@ enum class RowExchange {
 constexpr int kSplitVectorBytes = 16;
 
 // A row split into `splits` slices of `slice_vec` vectors, one block each, held in registers
-// (tiling.vpt vectors per thread, tiling.threads threads).
+// (tiling.vpt vectors per thread, tiling.threads threads) or staged in shared memory.
 struct SplitRowTiling {
   RowTiling tiling;
   int splits = 0;
   int slice_vec = 0;
   RowExchange exchange = RowExchange::cluster;
+  bool in_shared_memory = false;  // slices staged in shared memory (choose_staged_row_tiling), not registers
 };
 
 // The device facts the choice depends on (queried once by the launcher; tests pass their own).

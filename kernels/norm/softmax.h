@@ -49,14 +49,15 @@ void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType d
 // - grid_when_wide_rows_are_few, grid_when_rows_are_few: each of rows too few to fill the SMs (wider
 //   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`;
 // - vocab_clusters: every row over a cluster sized to the rows (choose_vocab_row_tiling), up to 16
-//   blocks, two blocks per SM where rows are many.
-// - staged_clusters: every row over a cluster of up to 8 blocks (choose_staged_row_tiling) whose slices
-//   wait in shared memory, copied there by TMA bulk copies, three blocks per SM.
+//   blocks, two blocks per SM where rows are many;
+// - staged_clusters: every row over a cluster of up to 8 blocks (choose_staged_row_tiling).
 // Split rows take any width (16-byte vectors over each row's aligned body, scalars at its edges) and
-// need x and y at the same address modulo 16 bytes.
-// Split rows are held in registers (shared memory for staged_clusters) and reduced online (`storage` and `algo` apply only to one block
-// per row). `scratch` holds softmax_scratch_bytes() zeroed once before the first launch, and then
-// serves this one shape on one stream; it may be null where that is 0.
+// need x and y at the same address modulo 16 bytes, and are reduced online (`storage` and `algo`
+// apply only to one block per row). Where a wide row goes over a cluster of up to 8 blocks (block,
+// the grid splits where the rows fill the SMs, staged_clusters) the blocks' slices are staged in
+// shared memory by TMA bulk copies, three blocks per SM; elsewhere they are held in registers.
+// `scratch` holds softmax_scratch_bytes() zeroed once before the first launch, and then serves this
+// one shape on one stream; it may be null where that is 0.
 size_t softmax_scratch_bytes(int64_t rows, int64_t cols, DType dtype, RowSplit split);
 void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType dtype, SoftmaxAlgo algo,
                      RowStorage storage, RowSplit split, void* scratch, cudaStream_t stream);

@@ -267,8 +267,8 @@ void register_softmax(Registry& registry) {
                       }});
   op.impls.push_back({"ours", Role::ours,
                       "online: each thread's (max, sum) merged in one block reduction instead of two; rows wider "
-                      "than a block holds (vocabularies) over a cluster, or over one block per SM where they are "
-                      "too few to fill the SMs",
+                      "than a block holds (vocabularies) over a cluster whose slices are staged in shared memory "
+                      "(ours_v5), or over one block per SM where they are too few to fill the SMs",
                       unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
                                             kernels::RowSplit::grid_when_wide_rows_are_few, s);

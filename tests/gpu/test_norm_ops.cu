@@ -205,11 +205,11 @@ TEST(NormOpsPlan, TooWideRowsAreUnsupportedWithAReason) {
   };
   const std::vector<Wide> wide{
       {"softmax", "ours", softmax_params(1, 262152), "cols=262152: a cluster of 8 blocks holds at most 32768 "
-                                                      "16-byte vectors per row in registers, 262151 wide at most"},
+                                                      "16-byte vectors per row, 262151 wide at most"},
       {"softmax", "ours_v4", softmax_params(1, 524296), "cols=524296: a cluster of 16 blocks holds at most 65536 "
-                                                         "16-byte vectors per row in registers, 524295 wide at most"},
+                                                         "16-byte vectors per row, 524295 wide at most"},
       {"softmax", "ours_v5", softmax_params(1, 262152), "cols=262152: a cluster of 8 blocks holds at most 32768 "
-                                                         "16-byte vectors per row in shared memory, 262151 wide at most"},
+                                                         "16-byte vectors per row, 262151 wide at most"},
       {"softmax", "ours_twopass", softmax_params(1, 65544), "cols=65544: with 8-element vectors one block holds at "
                                                              "most 65536 per row"},
       {"softmax", "ours_staged", softmax_params(1, 4100), "cols=4100: the staged row is copied in 16-byte vectors"},
