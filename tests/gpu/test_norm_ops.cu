@@ -110,6 +110,11 @@ std::vector<OpCase> op_cases() {
   for (auto [rows, cols] : vocab_cluster_shapes)
     cases.push_back({"softmax_vocab_v4_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
                      softmax_params(rows, cols), {"ours_v4", "unfused"}});
+  // Staged clusters (ours for wide rows that fill the SMs, ours_v5 everywhere) over many rows: 1, 2 and
+  // 4 blocks per row, several waves; 8201-wide rows have 1024 or 1025 vectors by their offset.
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{2000, 8201}, {600, 40001}, {300, 131072}})
+    cases.push_back({"softmax_staged_rows_" + std::to_string(rows) + "x" + std::to_string(cols), "softmax",
+                     softmax_params(rows, cols), {"ours", "ours_v5", "unfused"}});
   cases.push_back({"softmax_vocab_extreme", "softmax", softmax_params(5, 128256, "extreme"),
                    {"ours", "ours_v2", "ours_v3", "ours_v4", "ours_v5"}});
   cases.push_back({"softmax_vocab_extreme_odd", "softmax", softmax_params(9, 128257, "extreme"),
