@@ -116,7 +116,8 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
                        plan.splits,
                        plan.split_tokens,
                        page_shift(kv.page_size),
-                       float(scale * 1.4426950408889634)};
+                       float(scale * 1.4426950408889634),
+                       shape.o_by_token ? shape.heads : 0};
   if (plan.variant == DecodeVariant::tma) {
     if (!kv.block_table || kv.num_pages < 1)
       throw std::invalid_argument("decode attention (tma): needs a paged cache with its num_pages");

@@ -36,6 +36,9 @@ struct DecodeShape {
   // The new tokens form a tree per sequence (decode_tree.h), its mask handed to attention_decode;
   // false: causal among them (a chain).
   bool tree = false;
+  // o's layout: token rows [batch, q_len, heads, head_dim], what the O projection takes, instead of
+  // q's [batch, heads, q_len, head_dim] (the two agree at q_len 1).
+  bool o_by_token = false;
 };
 
 // How a block computes: fp32 FMAs on CUDA cores, or tensor cores (mma.sync m16n8k16, the group's
@@ -87,7 +90,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
 void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream);
 
 // o = softmax(scale · q kᵀ) v per query head, over the keys at or before each query's position.
-// q and o are [batch, heads, q_len, head_dim]. Enqueues on `stream`, never synchronizes.
+// q is [batch, heads, q_len, head_dim], o the same or (shape.o_by_token) [batch, q_len, heads, head_dim].
+// Enqueues on `stream`, never synchronizes.
 // Each sequence's length (on the device, so not checked here) should be at least q_len, since the
 // new tokens are in its cache; rows that see no key at all (a length of 0) get an output of 0.
 // A tree (shape.tree): tree_mask (batch, q_len) on the device, tree_mask_from_parents' words per

@@ -44,6 +44,7 @@ struct DecodeParams {
   int kv_heads, q_len, rows_total, row_blocks, page_size, max_pages_per_seq, splits, split_tokens;
   int page_shift;      // log2(page_size): page sizes are powers of two
   float scale_log2;    // softmax scale · log2(e): scores live in the log2 domain (exp2)
+  int o_heads;         // 0: o is [batch, heads, q_len, head_dim] as q; else heads, o is [batch, q_len, heads, head_dim]
   // tma only: the K and V pools as (head_dim, page_size, kv_heads, num_pages), boxes of
   // (64 dims, min(page_size, kTile) tokens, 1, 1).
   CUtensorMap k_map, v_map;
@@ -100,8 +101,8 @@ __device__ DecodeWorkItem block_work(const DecodeParams& p) {
 // Where a block sits: its split of one sequence's cache and its rows of one KV head's queries.
 struct BlockPlace {
   int split, row_block, group, splits, b, kv_head, len, begin, end, row0, rows;
-  // q and o are [batch, heads, q_len, head_dim], so a group's rows (head-in-group · q_len + token)
-  // are contiguous: row r of this block is row first_row + r of all of them.
+  // q is [batch, heads, q_len, head_dim], so a group's rows (head-in-group · q_len + token) are
+  // contiguous: row r of this block is row first_row + r of all of them (o_row places it in o).
   int64_t first_row;
 
   __device__ BlockPlace(const DecodeParams& p, int rows_per_block) : BlockPlace(p, rows_per_block, block_work(p)) {}
@@ -122,6 +123,13 @@ struct BlockPlace {
     return row < p.rows_total ? p.tree_mask[int64_t(b) * p.q_len + row % p.q_len] : ~0u;
   }
 };
+
+// Where row `row` of [batch, heads, q_len] (q's order, in which blocks take rows) lies in o.
+__device__ __forceinline__ int64_t o_row(const DecodeParams& p, int64_t row) {
+  if (p.o_heads == 0 || p.q_len == 1) return row;
+  const int64_t per_sequence = int64_t(p.o_heads) * p.q_len, in_sequence = row % per_sequence;
+  return (row - in_sequence) + (in_sequence % p.q_len) * p.o_heads + in_sequence / p.q_len;
+}
 
 // The split's page ids into shared memory, read once (the page table, prefetched); thread `thread`
 // of `threads` takes every threads-th id.
@@ -250,7 +258,7 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
     o = l > 0.f ? o / l : 0.f;
     const int64_t row = place.first_row + r;
     if (place.splits == 1) {
-      static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o);
+      static_cast<T*>(p.o)[o_row(p, row) * kHeadDim + d] = from_f32<T>(o);
     } else {
       p.partial_o[(row * p.splits + place.split) * kHeadDim + d] = o;
       if (d == 0) {
@@ -268,8 +276,8 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
 template <class T>
 __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place) {
   if (place.splits == 1) {
-    T* o = static_cast<T*>(p.o) + place.first_row * kHeadDim;
-    for (int i = threadIdx.x; i < place.rows * kHeadDim; i += blockDim.x) o[i] = from_f32<T>(0.f);
+    for (int i = threadIdx.x; i < place.rows * kHeadDim; i += blockDim.x)
+      static_cast<T*>(p.o)[o_row(p, place.first_row + i / kHeadDim) * kHeadDim + i % kHeadDim] = from_f32<T>(0.f);
     return;
   }
   for (int r = threadIdx.x; r < place.rows; r += blockDim.x)
@@ -313,7 +321,7 @@ __device__ void combine_if_last_split(const DecodeParams& p, const BlockPlace& p
       sum += w;
       o = fmaf(w, __ldcg(p.partial_o + (row * p.splits + s) * kHeadDim + d), o);
     }
-    static_cast<T*>(p.o)[row * kHeadDim + d] = from_f32<T>(o / sum);
+    static_cast<T*>(p.o)[o_row(p, row) * kHeadDim + d] = from_f32<T>(o / sum);
   }
 }
 
@@ -368,7 +376,7 @@ __device__ void combine_if_last_split_v2(const DecodeParams& p, const BlockPlace
       m_run = m_new;
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* out = static_cast<T*>(p.o) + row * kHeadDim + sub * kDims;
+    T* out = static_cast<T*>(p.o) + o_row(p, row) * kHeadDim + sub * kDims;
 #pragma unroll
     for (int d = 0; d < kDims; ++d) out[d] = from_f32<T>(acc[d] * inv);
   }

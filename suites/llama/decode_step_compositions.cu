@@ -202,15 +202,21 @@ std::unique_ptr<OursLayerGemms> make_layer_gemms(const DecodeStepProblem& p, con
 }
 
 class OursStep : public StepInstance {
+  // Attention writes token rows, which o_proj takes as they are (the verify pass's q_len > 1 too).
+  static kernels::DecodeShape attention_shape(const DecodeStepProblem& p, const LlamaShape& m) {
+    kernels::DecodeShape shape{m.heads, p.shape.q_len, p.cache.max_len, p.cache.tokens(), p.cache.lengths};
+    shape.o_by_token = true;
+    return shape;
+  }
+
  public:
   OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, bool pdl)
       : StepInstance(p, logits_out),
         pdl_(pdl),
         kv0_(p.cache.layer(0, m_)),
-        decode_shape_{m_.heads, p.shape.q_len, p.cache.max_len, p.cache.tokens(), p.cache.lengths},
+        decode_shape_(attention_shape(p, m_)),
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
         decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace"),
-        o_by_head_(p.shape.q_len > 1 ? act_.o->bytes() : 0, "attention output by head"),
         layers_(make_layer_gemms(p, act_, stream)) {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
     lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, p.shape.rows(), m_.vocab,
@@ -222,10 +228,8 @@ class OursStep : public StepInstance {
   void step(cudaStream_t s) override {
     const kernels::PdlScope pdl(pdl_);
     const auto& W = p_.weights;
-    const int64_t batch = p_.shape.rows(), q_len = p_.shape.q_len;
+    const int64_t batch = p_.shape.rows();
     const kernels::RopeShape rope = rope_shape(m_, batch);
-    // attention_decode's output is [batch, heads, q_len, head_dim]; o_proj takes token rows.
-    void* attention_out = q_len > 1 ? o_by_head_.get() : act_.o->data;
     kernels::rmsnorm_forward(p_.x_in->data, W.layers[0].attn_norm->data, act_.xn->data, batch, m_.hidden, m_.eps,
                              DType::bf16, s);
     for (int l = 0; l < m_.layers; ++l) {
@@ -233,10 +237,8 @@ class OursStep : public StepInstance {
       const kernels::PagedKv kv = p_.cache.layer(l, m_);
       layers_->qkv(l, s);
       kernels::rope_append_kv(act_.qkv->data, p_.cache.positions.as<int32_t>(), act_.q->data, kv, rope, s);
-      kernels::attention_decode(act_.q->data, attention_out, kv, decode_shape_, float(attention_scale(m_)), plan_,
+      kernels::attention_decode(act_.q->data, act_.o->data, kv, decode_shape_, float(attention_scale(m_)), plan_,
                                 decode_ws_.get(), s);
-      if (q_len > 1)
-        swap_middle_dims(attention_out, act_.o->data, p_.shape.batch, m_.heads, q_len, m_.head_dim, 2, s);
       layers_->o_proj(l, s);
       kernels::add_rmsnorm_forward(act_.y->data, l == 0 ? p_.x_in->data : act_.x->data, w.ffn_norm->data,
                                    act_.x->data, act_.xn->data, batch, m_.hidden, m_.eps, DType::bf16, s);
@@ -250,7 +252,7 @@ class OursStep : public StepInstance {
 
  protected:
   size_t extra_workspace() const override {
-    return gemms_.workspace_bytes() + decode_ws_.bytes() + o_by_head_.bytes() + layers_->workspace_bytes();
+    return gemms_.workspace_bytes() + decode_ws_.bytes() + layers_->workspace_bytes();
   }
 
  private:
@@ -258,7 +260,7 @@ class OursStep : public StepInstance {
   kernels::PagedKv kv0_;  // layer 0's cache: every layer's has the same shape, so one decode plan serves all
   kernels::DecodeShape decode_shape_;
   kernels::DecodePlan plan_;
-  DeviceBuffer decode_ws_, o_by_head_;  // o_by_head_: the verify pass's attention output (q_len > 1)
+  DeviceBuffer decode_ws_;
   std::unique_ptr<OursLayerGemms> layers_;
   CoreGemms gemms_;  // the LM head's
   size_t lm_head_ = 0;
