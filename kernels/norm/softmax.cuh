@@ -220,6 +220,31 @@ __device__ __forceinline__ RowBody row_body(const T* row, int cols) {
   return {head, n_vec, cols - head - n_vec * 8};
 }
 
+// Block b's slice of a row split over blocks: vectors [part · slice_vec, (part + 1) · slice_vec) of
+// the body of row b / splits, part = b % splits.
+template <class T>
+struct SplitSlice {
+  const T* x_row;
+  T* y_row;
+  RowBody body;
+  int row, part;
+  int n_local;   // vectors in this block's slice
+  size_t first;  // this block's first column
+};
+template <class T>
+__device__ __forceinline__ SplitSlice<T> split_slice(const SoftmaxArgs<T>& a, int splits, int slice_vec) {
+  const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
+  SplitSlice<T> sl;
+  sl.x_row = a.x + size_t(row_index) * a.cols;
+  sl.y_row = a.y + size_t(row_index) * a.cols;
+  sl.body = row_body(sl.x_row, a.cols);
+  sl.row = row_index;
+  sl.part = part;
+  sl.n_local = max(0, min(sl.body.n_vec - part * slice_vec, slice_vec));
+  sl.first = size_t(sl.body.head) + size_t(part) * slice_vec * 8;
+  return sl;
+}
+
 // Rows over several blocks: block b takes vectors [part · slice_vec, (part + 1) · slice_vec) of the
 // body of row b / splits, part = b % splits, in registers (16-byte vectors: any width, the row's
 // edges taken as scalars by the first threads of its last block; x and y equally aligned). Each block
@@ -235,17 +260,15 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   constexpr int kVec = 8;
   constexpr bool kKeepExps = kVpt <= 4;  // 8 per thread would take 64 fp32 registers, the cap
   using Frag = RowFragment<T, kVec, kVpt>;
-  const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
-  const T* x_row = a.x + size_t(row_index) * a.cols;
-  T* y_row = a.y + size_t(row_index) * a.cols;
-  const RowBody body = row_body(x_row, a.cols);
-  const int first = part * slice_vec;
-  const int n_local = max(0, min(body.n_vec - first, slice_vec));
-  const size_t slice = size_t(body.head) + size_t(first) * kVec;  // this block's first column
+  const SplitSlice<T> sl = split_slice(a, splits, slice_vec);
+  const T* x_row = sl.x_row;
+  T* y_row = sl.y_row;
+  const int part = sl.part, n_local = sl.n_local;
+  const size_t slice = sl.first;
 
   Frag x;
   x.load(x_row + slice, n_local, -INFINITY);
-  const int edge_col = part == splits - 1 ? body.edge_col(threadIdx.x, a.cols) : -1;
+  const int edge_col = part == splits - 1 ? sl.body.edge_col(threadIdx.x, a.cols) : -1;
   const float edge = edge_col >= 0 ? to_f32(x_row[edge_col]) : -INFINITY;
   const float s = a.scale_log2e;
 
@@ -269,7 +292,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const MaxSum block_total = block_allreduce(MaxSum{thread_max, sum}, merge, none);
   MaxSum total;
   if constexpr (kExchange == RowExchange::cluster) total = cluster_allreduce(block_total, merge, none);
-  else total = grid_row_allreduce(block_total, merge, scratch, row_index, part, splits);
+  else total = grid_row_allreduce(block_total, merge, scratch, sl.row, part, splits);
   const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
   // Kept: exp2((x − max)·s) / sum = exp2((x − shift)·s) · factor, 0 where this thread saw no finite
   // input.
@@ -302,13 +325,11 @@ __global__ void __launch_bounds__(kStagedThreads)
   extern __shared__ __align__(128) unsigned char staged_slice[];
   __shared__ uint64_t chunk_full[kStagedMaxChunks];
   const Vec* s_slice = reinterpret_cast<const Vec*>(staged_slice);
-  const int row_index = int(blockIdx.x / unsigned(splits)), part = int(blockIdx.x % unsigned(splits));
-  const T* x_row = a.x + size_t(row_index) * a.cols;
-  T* y_row = a.y + size_t(row_index) * a.cols;
-  const RowBody body = row_body(x_row, a.cols);
-  const int first = part * slice_vec;
-  const int n_local = max(0, min(body.n_vec - first, slice_vec));
-  const size_t slice = size_t(body.head) + size_t(first) * 8;  // this block's first column
+  const SplitSlice<T> sl = split_slice(a, splits, slice_vec);
+  const T* x_row = sl.x_row;
+  T* y_row = sl.y_row;
+  const int part = sl.part, n_local = sl.n_local;
+  const size_t slice = sl.first;
   const int n_chunks = (n_local + kStagedChunkVectors - 1) / kStagedChunkVectors;
   if (threadIdx.x == 0) {
     for (int c = 0; c < n_chunks; ++c) sm90::mbar_init(sm90::smem_addr(&chunk_full[c]), 1);
@@ -321,7 +342,7 @@ __global__ void __launch_bounds__(kStagedThreads)
                       bytes, bar);
     }
   }
-  const int edge_col = part == splits - 1 ? body.edge_col(threadIdx.x, a.cols) : -1;
+  const int edge_col = part == splits - 1 ? sl.body.edge_col(threadIdx.x, a.cols) : -1;
   const float edge = edge_col >= 0 ? to_f32(x_row[edge_col]) : -INFINITY;
   const float s = a.scale_log2e;
   const MergeMaxSum merge{s};
