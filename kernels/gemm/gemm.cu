@@ -16,7 +16,8 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/sm90_gemm_config.cuh"
 #include "kernels/gemm/sm90_gemm_mainloop.cuh"
-#include "kernels/gemm/sm90_gemm_stream.cuh"
+#include "kernels/gemm/gemm_stream.h"
+#include "kernels/gemm/sm90_gemm_epilogue.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/pdl.h"
 #include "kernels/sm90/sm90_device.h"
@@ -189,27 +190,6 @@ void with_config(const GemmPlan& plan, F&& f) {
   }
 }
 
-// Calls f(kernel, shared memory bytes) with the streaming kernel for these operands and M (8-token
-// tiles rounded up to 1, 2, 4 or 8).
-template <class F>
-void with_stream_kernel(Operands operands, int64_t m, F&& f) {
-  auto by_tiles = [&](auto operands_tag) {
-    constexpr Operands O = decltype(operands_tag)::value;
-    const int64_t tiles = (m + 7) / 8;
-    if (tiles <= 1) return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
-    if (tiles <= 2) return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
-    if (tiles <= 4) return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
-    return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
-  };
-  static_assert(8 * 8 >= kSmallM, "8 token tiles cover the streaming plan's M");
-  switch (operands) {
-    case Operands::bf16: return by_tiles(std::integral_constant<Operands, Operands::bf16>{});
-    case Operands::e4m3: return by_tiles(std::integral_constant<Operands, Operands::e4m3>{});
-    case Operands::s8: break;
-  }
-  throw std::invalid_argument("gemm: the streaming kernel takes bf16 or e4m3 operands");
-}
-
 }  // namespace
 
 std::string gemm_unsupported(int64_t m, int64_t n, int64_t k, Operands operands, bool block_scales) {
@@ -295,9 +275,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   GemmParams& p = l.params;
   if (streams) {
     l.grid = plan.grid(current_device_sm_count());
-    with_stream_kernel(args.operands, args.m, [](auto kernel, int smem) {
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    });
+    prepare_stream_gemm(args.operands, args.m);
     p.tma_a = CUtensorMap{};
   } else {
     with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
@@ -341,19 +319,14 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.splits = plan.splits;
   p.group = plan.group;
   p.pdl.on = false;
+  p.stream_chunk = plan.stream_chunk;
   p.epilogue = args.epilogue;
   return l;
 }
 
 void run_gemm(const GemmLaunch& l, cudaStream_t stream) {
   if (l.params.m == 0 || l.params.n == 0) return;
-  if (l.plan.tile == TileShape::stream) {
-    with_stream_kernel(l.plan.operands, l.params.m, [&](auto kernel, int smem) {
-      kernel<<<l.grid, StreamConfig::kThreads, smem, stream>>>(l.params);
-    });
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
+  if (l.plan.tile == TileShape::stream) return run_stream_gemm(l, stream);
   with_config(l.plan, [&](auto tag) { launch_config<typename decltype(tag)::type>(l, stream); });
   if (l.plan.splits > 1 && !l.params.tile_counters) {
     const bool gated = l.params.epilogue.activation == Activation::silu_gated;

@@ -90,6 +90,7 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   // first ring of W before waiting for the kernel before; without it there is nothing to overlap, and
   // each stage's A goes out beside its W.
   PdlLaunch pdl;
+  int stream_chunk;     // the streaming kernel's units per chunk (GemmPlan::stream_chunk)
   Epilogue epilogue;
 };
 

@@ -32,11 +32,16 @@ const char* tile_name(TileShape t) {
 
 int block_k(Operands o) { return o == Operands::bf16 ? 64 : 128; }
 
-int GemmPlan::grid(int sms) const { return int(std::min<int64_t>(units(), sms / cluster_m * cluster_m)); }
+int GemmPlan::grid(int sms) const {
+  if (tile == TileShape::stream && stream_chunk > 0)
+    return int(std::min<int64_t>(ceil_div(units(), stream_chunk), sms));
+  return int(std::min<int64_t>(units(), sms / cluster_m * cluster_m));
+}
 
 std::string GemmPlan::describe() const {
   if (tile == TileShape::stream)
-    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units", n_tiles, kStreamRows, splits, units());
+    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units, {}", n_tiles, kStreamRows, splits, units(),
+                       stream_chunk > 0 ? "whole strips in turn" : "contiguous ranges");
   return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }
@@ -60,6 +65,8 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales)) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
+    // Whole strips in turn where they fill the SMs' rounds; else contiguous ranges, cut strips and all.
+    if (wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency) plan.stream_chunk = plan.splits;
     return plan;
   }
   if (m > kSmallM) {

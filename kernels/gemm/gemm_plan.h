@@ -13,9 +13,9 @@ namespace topt::kernels::gemm {
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
 //   stream:  not a wgmma tile: the weight-streaming kernel (sm90_gemm_stream.cuh) for decode M (≤ kSmallM):
-//            each CTA streams whole 16-row strips of W (all of K) through an 8-stage TMA ring (128 KB in
-//            flight per SM) into mma.sync with W as the m16 operand and the tokens as n8; no K split, no
-//            partials, one launch. tile_m is the most tokens it takes, tile_n a strip.
+//            CTAs stream 16-row strips of W (all of K) through an 8-stage TMA ring (128 KB in flight per
+//            SM) into mma.sync with W as the m16 operand and the tokens as n8; one launch. tile_m is the
+//            most tokens it takes, tile_n a strip.
 enum class TileShape { m128n256, m128n128, m64n128, stream };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
 // of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
@@ -46,6 +46,9 @@ struct GemmPlan {
   // cluster_m (a padded tile lies past M: TMA reads zeros, the epilogue stores nothing).
   int cluster_m = 1;
   int64_t m_tiles = 0, n_tiles = 0, k_blocks = 0;
+  // Tile `stream`: units (strip, K stage) per chunk dealt to the CTAs in turn, or 0 for contiguous ranges
+  // (StreamRange, gemm_schedule.h).
+  int stream_chunk = 0;
   int64_t units() const { return m_tiles * n_tiles * splits; }  // work items of the persistent grid
   int grid(int sms) const;  // CTAs launched: one per SM at most, whole clusters
   std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
@@ -55,9 +58,10 @@ struct GemmPlan {
 // problem beyond its shape decides the kernel.
 struct PlanOptions {
   bool clusters = false;      // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
-  // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles). Opt-in: on the H100
-  // (session 13) it lost to the split-K tiles at M = 1, 16, 64 (7B O: 27.0 / 33.6 / 74.8 µs against 26.6 /
-  // 27.6 / 28.6) and in the 7B FFN; the rung `ours_v3_stream` keeps it measured.
+  // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles). Opt-in: it leads the
+  // split-K tiles at M = 1 and 5 on 7B's layers since session 20 (whole strips dealt in turn), but loses in
+  // the verify pass's graph (kernels/gemm/NOTES.md, "Session 20"); the rungs `ours_v3_stream` (GEMM ops)
+  // and `ours_v3_stream_pdl` (decode_step) keep it measured.
   bool stream = false;
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
 };
@@ -69,8 +73,9 @@ bool stream_takes(Operands operands, bool block_scales);
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
 // M <= kSmallM with options.stream, where stream_takes the operands: the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
-//   units (strip, stage) divided evenly over min(units, sms) CTAs, each a contiguous range of W: the
-//   weights' read is everything, and every SM reads the same bytes (a cut strip is summed across CTAs).
+//   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
+//   kMinWaveEfficiency, so that the grid reads W side by side; else units (strip, stage) divided evenly
+//   over min(units, sms) CTAs as contiguous ranges (a cut strip is summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.

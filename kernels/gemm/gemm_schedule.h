@@ -41,27 +41,40 @@ __host__ __device__ inline GemmUnit gemm_cluster_unit(int u, int rank, int clust
   return unit;
 }
 
-// The streaming kernel's work order (TileShape::stream): units (strip, K stage) strip-major; CTA `cta`
-// of `grid` takes units [cta·units/grid, (cta+1)·units/grid), a contiguous range of W (the same count,
-// ± 1, on every CTA). A StreamRun is the CTA's stages [s_begin, s_end) of one strip; a strip whose run
-// is not all of its stages is shared with the neighbouring CTA(s) and summed across them.
+// The streaming kernel's work order (TileShape::stream): units (strip, K stage) strip-major. With
+// chunk 0, CTA `cta` of `grid` takes units [cta·units/grid, (cta+1)·units/grid), a contiguous range of W
+// (the same count, ± 1, on every CTA). With chunk c > 0, chunks of c consecutive units go to the CTAs in
+// turn (chunk j to CTA j % grid), so that at any moment the grid reads one window of W side by side. A
+// StreamRun is a CTA's stages [s_begin, s_end) of one strip; a strip whose run is not all of its stages
+// is shared with other CTAs and summed across them.
 struct StreamRun {
   int strip, s_begin, s_end;
 };
 
 struct StreamRange {
-  int64_t begin, end;  // the CTA's units
-  int stages;          // per strip
-  __host__ __device__ StreamRange(int strips, int stages_per_strip, int cta, int grid) : stages(stages_per_strip) {
-    const int64_t units = int64_t(strips) * stages_per_strip;
-    begin = units * cta / grid;
-    end = units * (cta + 1) / grid;
+  int64_t units;
+  int stages, cta, grid, chunk;
+  __host__ __device__ StreamRange(int strips, int stages_per_strip, int cta_, int grid_, int chunk_ = 0)
+      : units(int64_t(strips) * stages_per_strip), stages(stages_per_strip), cta(cta_), grid(grid_), chunk(chunk_) {}
+  // f(run) for each of the CTA's runs, in order.
+  template <class F>
+  __host__ __device__ void for_each_run(F&& f) const {
+    if (chunk == 0) {
+      walk(units * cta / grid, units * (cta + 1) / grid, f);
+      return;
+    }
+    for (int64_t j = cta; j * chunk < units; j += grid) walk(j * chunk, (j + 1) * chunk < units ? (j + 1) * chunk : units, f);
   }
-  // The run that unit u (begin <= u < end) starts; the next run starts at u + (s_end - s_begin).
-  __host__ __device__ StreamRun run_at(int64_t u) const {
-    const int strip = int(u / stages), s_begin = int(u % stages);
-    const int64_t left = end - u;
-    return {strip, s_begin, left < stages - s_begin ? int(s_begin + left) : stages};
+
+ private:
+  template <class F>
+  __host__ __device__ void walk(int64_t u, int64_t end, F& f) const {
+    while (u < end) {
+      StreamRun run{int(u / stages), int(u % stages), stages};
+      if (end - u < run.s_end - run.s_begin) run.s_end = int(run.s_begin + (end - u));
+      u += run.s_end - run.s_begin;
+      f(run);
+    }
   }
 };
 

@@ -64,6 +64,18 @@ __device__ __forceinline__ float epilogue_value(const Epilogue& e, float row_f, 
   return v;
 }
 
+// y = SiLU(g)·u of the scaled gate and up sums, stored at out[i]: bf16, or the E4M3 codes of
+// y · inv_out_scale where e.out_scale is given (the next FP8 GEMM's input). The split-K reduce and
+// the streaming kernel share it.
+__device__ __forceinline__ void store_silu_gated(const Epilogue& e, void* out, int64_t i, float g, float u,
+                                                 float inv_out_scale) {
+  const float y = silu(g) * u;
+  if (e.out_scale)
+    static_cast<uint8_t*>(out)[i] = uint8_t(__nv_cvt_float_to_fp8(y * inv_out_scale, __NV_SATFINITE, __NV_E4M3));
+  else
+    static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(y);
+}
+
 // A consumer thread's place in its warpgroup's (64, kBlockN) tile, in wgmma's accumulator layout:
 // accumulator 4j + 2h + e is row row[h], column col + 8j + e. Rows and columns past the matrix (the
 // tile's tail: TMA read them as zeros) are never stored.

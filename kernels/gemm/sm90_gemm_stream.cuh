@@ -5,10 +5,14 @@
 // 16 KB = 128 KB in flight from its first microsecond.
 //
 // - Work: W in strips of kStreamRows (16) rows, each strip's K in p.splits stages of up to 8 boxes of
-//   128 bytes (K blocks spread evenly over the stages). Units (strip, stage) in strip-major order;
-//   CTA b of a grid of min(units, SMs) takes units [b·units/grid, (b+1)·units/grid) (StreamRange,
-//   gemm_schedule.h): a contiguous range of W, the same bytes (± one stage) on every SM, so no SM idles
-//   in a last partial wave of strips.
+//   128 bytes (K blocks spread evenly over the stages). Units (strip, stage) in strip-major order
+//   (StreamRange, gemm_schedule.h): where the strips fill the SMs' rounds, whole strips are dealt to the
+//   CTAs in turn (p.stream_chunk = stages), so that the grid reads one window of W side by side (7B gate+up
+//   at M = 1: 65.4 µs against 68.8 for contiguous ranges); else CTA b of min(units, SMs) takes the
+//   contiguous range [b·units/grid, (b+1)·units/grid), the same bytes (± one stage) on every SM. A strip's
+//   stages start at stage (strip % stages) and wrap, so that neighbouring CTAs read different parts of x.
+// - PDL: the producer requests W before the kernel before has finished (no kernel writes W); the
+//   consumers wait for it before reading x.
 // - Producer (one thread of the last warp): per stage, one TMA box of (16 rows, 128 bytes of K, 128-byte
 //   swizzle) per consumer warp, K-consecutive; boxes past K are not issued (expect_tx counts those that are).
 // - Consumers (8 warps): warp w takes box w of each stage: 4 k-steps of 32 bytes, each one ldmatrix.x4
@@ -32,6 +36,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_schedule.h"
 #include "kernels/gemm/sm90_gemm_epilogue.cuh"
+#include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels::gemm {
@@ -59,18 +64,6 @@ struct StreamConfig {
     return 1024 + kStages * kStageBytes + kSumFloats<kMTiles> * 4 + 2 * kStages * 8;
   }
 };
-
-// y = SiLU(g)·u of the scaled gate and up sums, stored at out[i]: bf16, or the E4M3 codes of
-// y · inv_out_scale where e.out_scale is given (the next FP8 GEMM's input). The split-K reduce and
-// the streaming kernel share it.
-__device__ __forceinline__ void store_silu_gated(const Epilogue& e, void* out, int64_t i, float g, float u,
-                                                 float inv_out_scale) {
-  const float y = silu(g) * u;
-  if (e.out_scale)
-    static_cast<uint8_t*>(out)[i] = uint8_t(__nv_cvt_float_to_fp8(y * inv_out_scale, __NV_SATFINITE, __NV_E4M3));
-  else
-    static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(y);
-}
 
 // d += a · b over one 32-byte k-step: bf16 m16n8k16 or e4m3 m16n8k32 (fragments of the same bytes).
 template <Operands kOperands>
@@ -115,28 +108,32 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
 
   const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
   const int stage_boxes = (p.k_blocks + stages - 1) / stages;  // <= kStageBoxes (the planner's stages)
-  const StreamRange range(strips, stages, blockIdx.x, gridDim.x);
+  const StreamRange range(strips, stages, blockIdx.x, gridDim.x, p.stream_chunk);
   constexpr int kBlockK = C::kRowBytes / (kOperands == Operands::bf16 ? 2 : 1);  // elements per box row
+  // A strip's stages run from a K offset that varies with the strip, so that CTAs on neighbouring strips
+  // read different parts of x at a time (x's lines would otherwise be every SM's hot spot).
+  auto stage_of = [&](int strip, int s) { return (s + strip) % stages; };
 
   if (warp == C::kConsumerWarps) {  // the producer
+    // W is never written by a kernel of the stream: under PDL its stages are requested while the kernel
+    // before finishes; the wait before returning keeps pdl.h's contract.
+    if (p.pdl.on) pdl_launch_dependents();
     if (lane == 0) {
       sm90::tma_prefetch_descriptor(&p.tma_b);
       RingPos<C::kStages> pos;
-      for (int64_t u = range.begin; u < range.end;) {
-        const StreamRun run = range.run_at(u);
-        const int strip = run.strip;
-        u += run.s_end - run.s_begin;
+      range.for_each_run([&](const StreamRun& run) {
         for (int s = run.s_begin; s < run.s_end; ++s) {
-          const int first = s * stage_boxes, boxes = min(stage_boxes, p.k_blocks - first);
+          const int first = stage_of(run.strip, s) * stage_boxes, boxes = min(stage_boxes, p.k_blocks - first);
           sm90::mbar_wait(empty(pos.stage), pos.phase ^ 1);
           sm90::mbar_arrive_expect_tx(full(pos.stage), uint32_t(boxes * C::kBoxBytes));
           for (int b = 0; b < boxes; ++b)
             sm90::tma_load_2d(ring + pos.stage * C::kStageBytes + b * C::kBoxBytes, &p.tma_b, full(pos.stage),
-                              (first + b) * kBlockK, strip * C::kRows);
+                              (first + b) * kBlockK, run.strip * C::kRows);
           pos.advance();
         }
-      }
+      });
     }
+    if (p.pdl.on) pdl_wait();
     return;
   }
 
@@ -152,14 +149,13 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   const float inv_out_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
   const int tokens = min(p.m, kMTiles * 8);
   __shared__ int completes_strip;  // a cut strip: this CTA's stages complete its count
+  pdl_begin(p.pdl);  // x, the workspace and y belong to the kernels before
   RingPos<C::kStages> pos;
-  for (int64_t u = range.begin; u < range.end;) {
-    const StreamRun run = range.run_at(u);
+  range.for_each_run([&](const StreamRun& run) {
     const int strip = run.strip;
-    u += run.s_end - run.s_begin;
     float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
     for (int s = run.s_begin; s < run.s_end; ++s) {
-      const int block = s * stage_boxes + warp;
+      const int block = stage_of(strip, s) * stage_boxes + warp;
       const bool mine = warp < stage_boxes && block < p.k_blocks;
       // x's B fragments of the warp's 4 k-steps: token 8·mt + g, bytes 4t .. 4t + 3 and 16 + 4t .. of
       // each 32-byte step; zeros past M and K (K bytes are a multiple of 16: a half step is all in or out).
@@ -250,7 +246,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
       }
     }
     sm90::named_sync(1, kConsumerThreads);  // the sums (and completes_strip) are rewritten by the next strip
-  }
+  });
 #else
   __trap();
 #endif

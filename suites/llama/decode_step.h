@@ -152,6 +152,9 @@ std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* l
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 // ours with every kernel launched under programmatic dependent launch (kernels/sm90/pdl.h).
 std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
+// ours_pdl with the GEMM core's weight-streaming kernel at decode M (PlanOptions::stream).
+std::unique_ptr<StepInstance> make_ours_stream_pdl_step(const DecodeStepProblem& p, void* logits_out,
+                                                        cudaStream_t stream);
 // Why ours cannot compose a decode_step case ("" if it can).
 std::string ours_step_unsupported(const Case& c);
 

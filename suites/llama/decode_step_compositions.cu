@@ -173,8 +173,9 @@ class PeerStep : public StepInstance {
 // Ours' layer GEMMs on bf16 weights: the GEMM core (qkv, o_proj) and the fused FFN.
 class CoreLayerGemms : public OursLayerGemms {
  public:
-  CoreLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream)
-      : ffn_(p.weights, p.shape.model, act, p.shape.rows(), stream) {
+  CoreLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream,
+                 kernels::gemm::PlanOptions options)
+      : ffn_(p.weights, p.shape.model, act, p.shape.rows(), stream, nullptr, nullptr, options), gemms_(options) {
     const LlamaShape& m = p.shape.model;
     const int64_t rows = p.shape.rows();
     for (const LlamaLayerWeights& w : p.weights.layers) {
@@ -195,10 +196,11 @@ class CoreLayerGemms : public OursLayerGemms {
   std::vector<size_t> layer_first_;  // per layer: its qkv GEMM's index, o_proj's next
 };
 
+// `options`: the GEMM core's plans (w4a16 runs the weight-only kernels, which take none).
 std::unique_ptr<OursLayerGemms> make_layer_gemms(const DecodeStepProblem& p, const StepActivations& act,
-                                                 cudaStream_t stream) {
+                                                 cudaStream_t stream, kernels::gemm::PlanOptions options) {
   if (p.shape.weights == WeightsFormat::w4a16) return make_weight_only_layer_gemms(p, act, stream);
-  return std::make_unique<CoreLayerGemms>(p, act, stream);
+  return std::make_unique<CoreLayerGemms>(p, act, stream, options);
 }
 
 class OursStep : public StepInstance {
@@ -210,14 +212,16 @@ class OursStep : public StepInstance {
   }
 
  public:
-  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, bool pdl)
+  OursStep(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream, bool pdl,
+           kernels::gemm::PlanOptions options = {})
       : StepInstance(p, logits_out),
         pdl_(pdl),
         kv0_(p.cache.layer(0, m_)),
         decode_shape_(attention_shape(p, m_)),
         plan_(kernels::plan_decode(kv0_, decode_shape_, kernels::DecodeVariant::tma)),
         decode_ws_(std::max<size_t>(plan_.workspace_bytes, 16), "decode workspace"),
-        layers_(make_layer_gemms(p, act_, stream)) {
+        layers_(make_layer_gemms(p, act_, stream, options)),
+        gemms_(options) {
     kernels::prepare_decode_workspace(plan_, decode_ws_.get(), stream);
     lm_head_ = gemms_.add(core_gemm_args(act_.xn->data, p.weights.lm_head->data, logits_out, p.shape.rows(), m_.vocab,
                                          m_.hidden));
@@ -291,6 +295,12 @@ std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* l
 }
 std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream) {
   return std::make_unique<OursStep>(p, logits_out, stream, true);
+}
+std::unique_ptr<StepInstance> make_ours_stream_pdl_step(const DecodeStepProblem& p, void* logits_out,
+                                                        cudaStream_t stream) {
+  kernels::gemm::PlanOptions streaming;
+  streaming.stream = true;
+  return std::make_unique<OursStep>(p, logits_out, stream, true, streaming);
 }
 
 }  // namespace topt::suites

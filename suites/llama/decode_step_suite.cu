@@ -488,6 +488,10 @@ void register_decode_step(Registry& registry) {
                                "ours, every kernel launched under programmatic dependent launch: each starts while the "
                                "one before finishes, and the GEMMs stream their first ring of weights before waiting",
                                ours_step_unsupported, make_ours_pdl_step));
+  op.impls.push_back(step_impl("ours_v3_stream_pdl", Role::ours,
+                               "ours_v2_pdl with the GEMM core's weight-streaming kernel for every bf16 GEMM (whole "
+                               "16-row strips of W dealt to the SMs in turn, one launch, no split-K reduce)",
+                               ours_step_unsupported, make_ours_stream_pdl_step));
   registry.add(std::move(op));
 }
 

@@ -133,7 +133,7 @@ kernels::gemm::GemmArgs core_gemm_args(const void* x, const void* w, void* y, in
 }
 
 size_t CoreGemms::add(const kernels::gemm::GemmArgs& a) {
-  const auto plan = kernels::gemm::plan_gemm(a.m, a.n, a.k, current_device_sm_count());
+  const auto plan = kernels::gemm::plan_gemm(a.m, a.n, a.k, current_device_sm_count(), a.operands, options_);
   pending_.push_back({a, plan});
   bytes_ = std::max(bytes_, kernels::gemm::gemm_workspace_bytes(a, plan));
   return pending_.size() - 1;
@@ -164,7 +164,7 @@ double OursFfn::interleaved_bytes(const LlamaShape& m, int layers) {
 
 // SplitReduce::kernel, as the step's other core GEMMs: the rung whose split-K path is verified.
 OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
-                 cudaStream_t stream, const void* residual, void* out)
+                 cudaStream_t stream, const void* residual, void* out, kernels::gemm::PlanOptions options)
     : interleaved_(size_t(interleaved_bytes(m, int(weights.layers.size()))), "interleaved gate|up weights") {
   constexpr auto kReduce = kernels::gemm::SplitReduce::kernel;
   const size_t layer_bytes = size_t(interleaved_bytes(m, 1));
@@ -172,13 +172,13 @@ OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepAct
   a.x = act.xn->data;
   a.residual = residual;
   a.y = out ? out : act.y->data;
-  workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, kReduce), "FFN workspace");
+  workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, kReduce, options), "FFN workspace");
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     void* w_in = interleaved_.as<char>() + l * layer_bytes;
     kernels::ffn::interleave_gate_up(weights.layers[l].w_gate_up->data, m.ffn, m.hidden, 2, w_in, stream);
     a.w_in = w_in;
     a.w_out = weights.layers[l].w_down->data;
-    launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, kReduce));
+    launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, kReduce, options));
   }
 }
 

@@ -77,6 +77,7 @@ kernels::gemm::GemmArgs core_gemm_args(const void* x, const void* w, void* y, in
 // once; the split-K partials in one workspace shared by all (they run one after another on one stream).
 class CoreGemms {
  public:
+  explicit CoreGemms(kernels::gemm::PlanOptions options = {}) : options_(options) {}
   // Plans a GEMM (sizing the shared workspace) and returns its index; prepare() then encodes them all.
   size_t add(const kernels::gemm::GemmArgs& a);
   void prepare(cudaStream_t stream);
@@ -88,6 +89,7 @@ class CoreGemms {
   std::vector<kernels::gemm::GemmLaunch> launches_;
   DeviceBuffer workspace_;
   size_t bytes_ = 0;
+  kernels::gemm::PlanOptions options_;
 };
 
 // Ours' FFN, the fused FFN of kernels/ffn/ffn.h (branch `ffn`): per layer, one GEMM over the
@@ -99,7 +101,8 @@ class OursFfn {
  public:
   // x = act.xn; y = `out` (act.y when null).
   OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
-          cudaStream_t stream, const void* residual = nullptr, void* out = nullptr);
+          cudaStream_t stream, const void* residual = nullptr, void* out = nullptr,
+          kernels::gemm::PlanOptions options = {});
   void run(int layer, cudaStream_t stream) const { kernels::ffn::run_ffn(launches_[size_t(layer)], stream); }
   size_t workspace_bytes() const { return interleaved_.bytes() + workspace_.bytes(); }
   // Bytes of the interleaved copy for `layers` layers.

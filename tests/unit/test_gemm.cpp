@@ -32,20 +32,27 @@ constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true}
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
   using kernels::gemm::PlanOptions;
-  // 7B O at M = 1: 256 strips of 16 rows, K (64 blocks of 128 bytes) in 8 stages: 2048 units on 132
-  // CTAs, 15 or 16 each (a whole strip would leave 8 CTAs with half the others' bytes).
+  // 7B O at M = 1: 256 strips of 16 rows, K (64 blocks of 128 bytes) in 8 stages: 2048 units. The strips
+  // fill two rounds of 132 CTAs to 97%, so whole strips go to the CTAs in turn (2 or 1 each).
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(p.tile, TileShape::stream);
   EXPECT_EQ(p.splits, 8);
   EXPECT_EQ(p.n_tiles, 256);
   EXPECT_EQ(p.units(), 2048);
+  EXPECT_EQ(p.stream_chunk, 8);
   EXPECT_EQ(p.grid(kH100Sms), 132);
   EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
   EXPECT_NE(p.describe().find("256 strips of 16 rows x 8 K stages"), std::string::npos) << p.describe();
-  // FP8: 32 blocks of 128 bytes, 4 stages. 7B gate+up (22016 rows): 1376 strips x 8 stages, 83-84 units
-  // a CTA (whole strips would be 10 or 11: 95% of the time busy, not 99%).
+  EXPECT_NE(p.describe().find("whole strips in turn"), std::string::npos) << p.describe();
+  // FP8: 32 blocks of 128 bytes, 4 stages. 7B gate+up (22016 rows): 1376 strips x 8 stages, 10 or 11
+  // strips a CTA (95% of the rounds busy).
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kStream).splits, 4);
-  EXPECT_EQ(plan_gemm(1, 22016, 4096, kH100Sms, Operands::bf16, kStream).units(), 1376 * 8);
+  const GemmPlan gate_up = plan_gemm(1, 22016, 4096, kH100Sms, Operands::bf16, kStream);
+  EXPECT_EQ(gate_up.units(), 1376 * 8);
+  EXPECT_EQ(gate_up.stream_chunk, 8);
+  EXPECT_EQ(gate_up.grid(kH100Sms), 132);
+  // 140 strips would leave 124 of 132 CTAs idle in a second round: contiguous ranges instead.
+  EXPECT_EQ(plan_gemm(1, 140 * 16, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
   // K of 172 blocks (7B down, 11008 bf16): 22 stages of at most 8 blocks.
   EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).splits, 22);
   // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 63 strips (the last
@@ -57,7 +64,9 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(small_n.n_tiles, 63);
   EXPECT_EQ(small_n.splits, 3);
+  EXPECT_EQ(small_n.stream_chunk, 0);  // 63 strips fill half the SMs: contiguous ranges, cut strips
   EXPECT_EQ(small_n.grid(kH100Sms), 132);
+  EXPECT_NE(small_n.describe().find("contiguous ranges"), std::string::npos) << small_n.describe();
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
   // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
@@ -182,40 +191,44 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(p.grid(131), 130);
 }
 
-// The streaming kernel's CTAs cover every (strip, stage) once, in runs that never leave a strip, each CTA
-// within one unit of the others; a strip's runs add up to its stages (the cut strips' counters complete).
+// The streaming kernel's CTAs cover every (strip, stage) once, in runs that never leave a strip; a strip's
+// runs add up to its stages (the cut strips' counters complete). Contiguous ranges (chunk 0) hold every
+// CTA within one unit of the others and cut only a CTA's first and last runs; chunks dealt in turn hold
+// every CTA within one chunk of the others.
 TEST(GemmSchedule, StreamRangesCoverEveryStageOnceAndBalance) {
   using kernels::gemm::StreamRange;
   using kernels::gemm::StreamRun;
   for (auto [strips, stages] : std::vector<std::pair<int, int>>{{256, 8}, {63, 3}, {1, 1}, {1376, 8}, {320, 10}, {5, 22}})
-    for (int grid : {1, 7, 132}) {
-      SCOPED_TRACE(testing::Message() << strips << " strips x " << stages << " stages on " << grid);
-      const int64_t units = int64_t(strips) * stages;
-      if (grid > units) continue;  // the planner's grid is min(units, SMs)
-      std::vector<int> covered(size_t(units), 0), per_strip(size_t(strips), 0);
-      int64_t least = units, most = 0;
-      for (int cta = 0; cta < grid; ++cta) {
-        const StreamRange range(strips, stages, cta, grid);
-        least = std::min(least, range.end - range.begin);
-        most = std::max(most, range.end - range.begin);
-        int runs = 0;
-        for (int64_t u = range.begin; u < range.end; ++runs) {
-          const StreamRun run = range.run_at(u);
-          ASSERT_LT(run.s_begin, run.s_end);
-          ASSERT_LE(run.s_end, stages);
-          for (int s = run.s_begin; s < run.s_end; ++s) ++covered[size_t(int64_t(run.strip) * stages + s)];
-          per_strip[size_t(run.strip)] += run.s_end - run.s_begin;
-          // Only a CTA's first and last runs may be partial.
-          if (run.s_begin != 0) EXPECT_EQ(u, range.begin);
-          u += run.s_end - run.s_begin;
-          if (run.s_end != stages) EXPECT_EQ(u, range.end);
+    for (int chunk : {0, 1, 3, stages})
+      for (int grid : {1, 7, 132}) {
+        SCOPED_TRACE(testing::Message() << strips << " strips x " << stages << " stages on " << grid << ", chunk "
+                                        << chunk);
+        const int64_t units = int64_t(strips) * stages;
+        if (grid > (chunk == 0 ? units : (units + chunk - 1) / chunk)) continue;  // the planner's grid
+        std::vector<int> covered(size_t(units), 0), per_strip(size_t(strips), 0);
+        int64_t least = units, most = 0;
+        for (int cta = 0; cta < grid; ++cta) {
+          std::vector<StreamRun> runs;
+          StreamRange(strips, stages, cta, grid, chunk).for_each_run([&](const StreamRun& run) { runs.push_back(run); });
+          ASSERT_FALSE(runs.empty());
+          int64_t mine = 0;
+          for (size_t i = 0; i < runs.size(); ++i) {
+            const StreamRun& run = runs[i];
+            ASSERT_LT(run.s_begin, run.s_end);
+            ASSERT_LE(run.s_end, stages);
+            for (int s = run.s_begin; s < run.s_end; ++s) ++covered[size_t(int64_t(run.strip) * stages + s)];
+            per_strip[size_t(run.strip)] += run.s_end - run.s_begin;
+            mine += run.s_end - run.s_begin;
+            if (chunk == 0 && run.s_begin != 0) EXPECT_EQ(i, 0u);
+            if (chunk == 0 && run.s_end != stages) EXPECT_EQ(i + 1, runs.size());
+          }
+          least = std::min(least, mine);
+          most = std::max(most, mine);
         }
-        EXPECT_GE(runs, 1);
+        for (int c : covered) ASSERT_EQ(c, 1);
+        for (int s : per_strip) ASSERT_EQ(s, stages);
+        EXPECT_LE(most - least, std::max(chunk, 1));
       }
-      for (int c : covered) ASSERT_EQ(c, 1);
-      for (int s : per_strip) ASSERT_EQ(s, stages);
-      EXPECT_LE(most - least, 1);
-    }
 }
 
 TEST(GemmSchedule, ClustersTakeAdjacentMTilesOfOneColumnAndCoverEveryTileOnce) {

@@ -1,0 +1,59 @@
+#include "kernels/gemm/gemm_stream.h"
+
+#include <stdexcept>
+#include <type_traits>
+
+#include "harness/cuda_check.h"
+#include "kernels/gemm/sm90_gemm_stream.cuh"
+#include "kernels/sm90/pdl.h"
+
+namespace topt::kernels::gemm {
+
+namespace {
+
+// Calls f(kernel, shared memory bytes) with the streaming kernel for these operands and M (8-token
+// tiles rounded up to 1, 2, 4 or 8).
+template <class F>
+void with_stream_kernel(Operands operands, int64_t m, F&& f) {
+  auto by_tiles = [&](auto operands_tag) {
+    constexpr Operands O = decltype(operands_tag)::value;
+    const int64_t tiles = (m + 7) / 8;
+    if (tiles <= 1) return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
+    if (tiles <= 2) return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
+    if (tiles <= 4) return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
+    return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
+  };
+  static_assert(8 * 8 >= kSmallM, "8 token tiles cover the streaming plan's M");
+  switch (operands) {
+    case Operands::bf16: return by_tiles(std::integral_constant<Operands, Operands::bf16>{});
+    case Operands::e4m3: return by_tiles(std::integral_constant<Operands, Operands::e4m3>{});
+    case Operands::s8: break;
+  }
+  throw std::invalid_argument("gemm: the streaming kernel takes bf16 or e4m3 operands");
+}
+
+}  // namespace
+
+void prepare_stream_gemm(Operands operands, int64_t m) {
+  with_stream_kernel(operands, m, [](auto kernel, int smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  });
+}
+
+void run_stream_gemm(const GemmLaunch& l, cudaStream_t stream) {
+  with_stream_kernel(l.plan.operands, l.params.m, [&](auto kernel, int smem) {
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(l.grid);
+    config.blockDim = dim3(StreamConfig::kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = add_pdl_attribute(attr, 0);
+    GemmParams params = l.params;
+    params.pdl.on = config.numAttrs > 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
+  });
+}
+
+}  // namespace topt::kernels::gemm
