@@ -7,7 +7,7 @@
 // group's rows as M) need ~150, so only the memory pipeline is left to keep busy.
 //
 // This file launches the kernels (decode_variants.cuh, their pieces decode_kernels.cuh) as planned
-// by decode_plan.cu.
+// by decode_plan.cpp.
 #include "kernels/attention/decode_attention.h"
 
 #include <algorithm>

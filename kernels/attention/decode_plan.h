@@ -1,4 +1,4 @@
-// What decode attention's planner (decode_plan.cu) and its kernels (decode_kernels.cuh,
+// What decode attention's planner (decode_plan.cpp) and its kernels (decode_kernels.cuh,
 // decode_variants.cuh, launched by decode_attention.cu) agree on: the tile and block shapes, the
 // planner's limits and the workspace's layout; and the one thing the planner asks of the kernels,
 // their occupancy.

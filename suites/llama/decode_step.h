@@ -139,14 +139,14 @@ class OursLayerGemms {
   virtual size_t workspace_bytes() const = 0;
 };
 
-// The w4a16 layer GEMMs (decode_step_w4a16.cu): qkv, o_proj, gate|up and down through the weight-only
+// The w4a16 layer GEMMs (decode_step_w4a16.cpp): qkv, o_proj, gate|up and down through the weight-only
 // decode GEMM (weight_only_gemm.h), SiLU·mul between gate|up and down (kernels/ffn/activation.h).
 std::unique_ptr<OursLayerGemms> make_weight_only_layer_gemms(const DecodeStepProblem& p, const StepActivations& act,
                                                              cudaStream_t stream);
 // Why they cannot run a model's layers at `rows` rows ("" if they can).
 std::string weight_only_layers_unsupported(const LlamaShape& m, int64_t rows);
 
-// The compositions (decode_step_compositions.cu), writing logits to `logits_out`.
+// The compositions (decode_step_compositions.cpp), writing logits to `logits_out`.
 std::unique_ptr<StepInstance> make_baseline_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_peer_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);
 std::unique_ptr<StepInstance> make_ours_step(const DecodeStepProblem& p, void* logits_out, cudaStream_t stream);

@@ -39,7 +39,7 @@ struct RejectionResult {
   int32_t accepted = 0;
   // Decisions within the tie margin: an acceptance test with |u·q − p| < margin·max(u·q, p), a draw with
   // more than one token within margin·Σr of u·Σr. Greedy has none (its argmax is exact, lowest index on
-  // ties); top-p edges are not counted (rejection_reference.cu says why).
+  // ties); top-p edges are not counted (rejection_reference.cpp says why).
   int ambiguous_decisions = 0;
 };
 

@@ -1,6 +1,6 @@
 // Decode attention over paged caches: every implementation against the reference on scattered
 // block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len (1-16, token trees); the
-// split-KV combine across repeated launches. append_kv and gather_kv: test_kv_append.cu.
+// split-KV combine across repeated launches. append_kv and gather_kv: test_kv_append.cpp.
 #include "kernels/attention/decode_attention.h"
 
 #include <algorithm>

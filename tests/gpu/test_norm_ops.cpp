@@ -1,4 +1,4 @@
-// add_rmsnorm, layernorm, softmax and causal_softmax (test_rmsnorm.cu has rmsnorm): every
+// add_rmsnorm, layernorm, softmax and causal_softmax (test_rmsnorm.cpp has rmsnorm): every
 // implementation against the reference, as `topt run` checks it, on the edges: one row, widths that
 // are not a multiple of the 16-byte vector, inputs where exp overflows unless the max is subtracted,
 // and rows of all -inf (defined as zeros).
@@ -62,7 +62,7 @@ std::vector<OpCase> op_cases() {
     cases.push_back({"add_rmsnorm_" + shape, "add_rmsnorm", norm_params(tokens, hidden), kAddRmsNormImpls});
     cases.push_back({"layernorm_" + shape, "layernorm", norm_params(tokens, hidden), kNormImpls});
   }
-  // rmsnorm's own cases are in test_rmsnorm.cu; here the cluster rung (ours_v2) and the FlashInfer
+  // rmsnorm's own cases are in test_rmsnorm.cpp; here the cluster rung (ours_v2) and the FlashInfer
   // peer against ours on rows
   // that take the cluster split (rows x 8 <= SMs: every one here but 64 x 8192, which takes one block
   // per row) and on widths whose slices leave blocks empty (7 x 13: 2 vectors per block, 7 blocks).
