@@ -10,7 +10,6 @@
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/gemm.h"
