@@ -18,10 +18,14 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       "Only the profiled launches are inside NVTX ranges and profiler start/stop, so either filter captures them:\n"
       "  ncu --nvtx --nvtx-include 'topt@rmsnorm/ours/' --clock-control none topt profile CONFIG --filter RE\n"
       "  nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat topt profile CONFIG --filter RE\n"
-      "Each profiled launch is printed with the --nvtx-include that selects it alone (',' escaped as '\\,').");
+      "Each profiled launch is printed with the --nvtx-include that selects it alone (',' escaped as '\\,').\n"
+      "--timeline DIR writes each profiled launch's kernels (start, duration, gap, grid; graph replays too) from "
+      "CUPTI activity records, where nsys cannot make a report; not under ncu.");
   auto opts = std::make_shared<SweepArgs>();
   add_sweep_args(*sub, *opts);
-  sub->callback([opts, &exit_code] {
+  auto timeline = std::make_shared<std::string>();
+  sub->add_option("--timeline", *timeline, "Write each profiled launch's kernel timeline (CSV) to this directory");
+  sub->callback([opts, timeline, &exit_code] {
     exit_code = guard_config_errors("profile", [&] {
       Config cfg = load_config(opts->config, builtin_registry());
       if (cfg.world_size > 0) {
@@ -32,6 +36,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       RunOptions ro;
       ro.filter = opts->filter();
       ro.profile = true;
+      ro.timeline_dir = *timeline;
       return run_sweep(cfg, builtin_registry(), ro);
     });
   });

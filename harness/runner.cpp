@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -12,9 +14,11 @@
 #include "harness/check.h"
 #include "harness/context.h"
 #include "harness/cuda_check.h"
+#include "harness/cupti_activity.h"
 #include "harness/cupti_check.h"
 #include "harness/cupti_profiler.h"
 #include "harness/gbench_driver.h"
+#include "harness/kernel_timeline.h"
 #include "harness/nvtx.h"
 #include "harness/peaks.h"
 #include "harness/progress.h"
@@ -55,8 +59,15 @@ class SweepRunner {
     return output_.finish(cfg_, device_.max_sm_clock_mhz, context_lost);
   }
 
-  // `topt profile`: no peaks, no counters, no files; what ncu needs to pick each launch is printed.
+  // `topt profile`: no peaks, no counters, no files but the timelines; what ncu needs to pick each
+  // launch is printed.
   int profile(const std::vector<PlannedCase>& plan) {
+    // Before any instance exists: a graph instantiated before kernel records were enabled may not report
+    // its kernels.
+    if (!opt_.timeline_dir.empty()) {
+      std::filesystem::create_directories(opt_.timeline_dir);
+      kernel_records_ = std::make_unique<KernelDurations>();
+    }
     bool context_lost = run_plan(plan, {});
     int failed = 0;
     for (auto& r : output_.rows()) failed += is_failure(r.status);
@@ -131,16 +142,35 @@ class SweepRunner {
     inst.restore_inputs(stream_);
     timer_->prepare_l2(pc.sweep->measure.cache);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<KernelRecord> records;
     CUDA_CHECK(cudaProfilerStart());
     {
       NvtxCaseRange range(pc.c, impl);
-      inst.launch(stream_);
-      CUDA_CHECK_LAUNCH();
+      auto launch = [&] {
+        inst.launch(stream_);
+        CUDA_CHECK_LAUNCH();
+      };
+      if (kernel_records_) records = kernel_records_->trace(launch, stream_);
+      else launch();
       CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     CUDA_CHECK(cudaProfilerStop());
     profiled_.push_back(fmt::format("profiled {}: ncu --nvtx --nvtx-include {}", pc.c.name(impl),
                                     shell_quote(ncu_nvtx_include(pc.c, impl))));
+    if (kernel_records_) write_timeline(pc.c.name(impl), records);
+  }
+
+  // `--timeline DIR`: the launch's kernels (DIR/NAME.csv) and their sums by kernel (DIR/NAME.by_kernel.csv).
+  void write_timeline(const std::string& name, const std::vector<KernelRecord>& records) {
+    const std::filesystem::path base = std::filesystem::path(opt_.timeline_dir) / file_safe(name);
+    auto write = [](const std::filesystem::path& path, const std::string& text) {
+      std::ofstream f(path);
+      f << text;
+      if (!f) throw std::runtime_error("cannot write " + path.string());
+    };
+    write(base.string() + ".csv", timeline_csv(records));
+    write(base.string() + ".by_kernel.csv", timeline_by_kernel_csv(records));
+    profiled_.push_back(fmt::format("  timeline {}.csv: {}", base.string(), timeline_summary(records)));
   }
 
   // Returns true when the CUDA context is lost and the sweep must stop.
@@ -386,6 +416,7 @@ class SweepRunner {
   std::unique_ptr<CounterCollector> counters_;
   Json counters_note_;                  // the context's "counters": what was asked, how, or why not
   std::vector<std::string> profiled_;   // `topt profile`: each launch and its ncu filter
+  std::unique_ptr<KernelDurations> kernel_records_;  // `topt profile --timeline`
   RunOutput output_;
 };
 

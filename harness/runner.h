@@ -17,6 +17,9 @@ struct RunOptions {
   // `topt profile`: check, warm up, then one launch inside the case's NVTX ranges between
   // cudaProfilerStart and cudaProfilerStop, for Nsight; no timing, no counters, no files.
   bool profile = false;
+  // `topt profile --timeline DIR`: the profiled launch's kernels from CUPTI activity records, written
+  // to DIR (harness/kernel_timeline.h).
+  std::string timeline_dir;
   std::string command_line;   // recorded in the context
 };
 

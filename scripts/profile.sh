@@ -11,7 +11,8 @@
 #
 # --clock-control none: ncu otherwise locks the clocks to base, so its durations would not be those
 # `topt run` measures; the lent GPU machines also require it. Nsight Systems runs there but cannot
-# make a report of what it collected.
+# make a report of what it collected: `topt profile CONFIG --timeline DIR` writes each launch's kernel
+# timeline (CUPTI activity records) instead.
 set -euo pipefail
 if [[ $# -lt 3 || ($1 != ncu && $1 != nsys) ]]; then
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'

@@ -1,13 +1,15 @@
 // CUPTI on the device: range-profiler counters of a copy whose DRAM traffic is known exactly, the
-// chip's metric names, and the cupti_activity timer against CUDA events.
+// chip's metric names, the cupti_activity timer against CUDA events, and the kernel timeline.
 #include <cstdio>
 #include <functional>
 #include <optional>
 #include <utility>
 
 #include "harness/config.h"
+#include "harness/cupti_activity.h"
 #include "harness/cupti_check.h"
 #include "harness/cupti_profiler.h"
+#include "harness/kernel_timeline.h"
 #include "harness/registry.h"
 #include "harness/timing.h"
 #include "tests/gpu/gpu_test.h"
@@ -184,6 +186,29 @@ TEST_F(CuptiGpu, ActivityTimerSumsKernelTimesCloseToEvents) {
   // Events also hold the gaps between the four kernels: a few µs on a copy of about 350 µs.
   EXPECT_LE(kernels.stats.median, events.stats.median * 1.02);
   EXPECT_GE(kernels.stats.median, events.stats.median * 0.9);
+}
+
+// topt profile --timeline: a graph instantiated after the records were enabled reports each kernel node.
+TEST_F(CuptiGpu, TraceListsEachKernelOfAGraphLaunchInOrder) {
+  KernelDurations records;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  copy(stream, 4);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<KernelRecord> trace = records.trace([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, stream);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  ASSERT_EQ(trace.size(), 4u) << timeline_csv(trace);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    EXPECT_EQ(kernel_short_name(trace[i].name), "copy_kernel") << trace[i].name;
+    EXPECT_GT(trace[i].end_ns, trace[i].start_ns);
+    EXPECT_EQ(trace[i].grid.x, unsigned(device->sm_count * 8));
+    EXPECT_EQ(trace[i].block.x, 256u);
+    if (i > 0) EXPECT_GE(trace[i].start_ns, trace[i - 1].end_ns);  // one stream: in order, no overlap
+  }
+  std::printf("%s\n", timeline_summary(trace).c_str());
 }
 
 }  // namespace

@@ -1,0 +1,100 @@
+#include "harness/kernel_timeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace topt {
+
+namespace {
+
+double us(uint64_t ns) { return double(ns) * 1e-3; }
+
+// s as one CSV field: quoted where it holds a comma or a quote.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string dims(const dim3& d) { return fmt::format("{}x{}x{}", d.x, d.y, d.z); }
+
+}  // namespace
+
+std::string kernel_short_name(const std::string& demangled) {
+  // The name ends at the first '<' or '(' (an anonymous namespace's parentheses aside); what comes
+  // before its last space is the return type, before its last "::" the namespaces.
+  std::string name = demangled;
+  const std::string anonymous = "(anonymous namespace)";
+  for (size_t at; (at = name.find(anonymous)) != std::string::npos;) name.replace(at, anonymous.size(), "anonymous");
+  size_t end = name.find_first_of("<(");
+  std::string head = name.substr(0, end);
+  size_t space = head.rfind(' ');
+  if (space != std::string::npos) head = head.substr(space + 1);
+  size_t scope = head.rfind("::");
+  if (scope != std::string::npos) head = head.substr(scope + 2);
+  return head.empty() ? demangled : head;
+}
+
+std::string timeline_csv(const std::vector<KernelRecord>& records) {
+  std::string out = "index,kernel,start_us,duration_us,gap_us,grid,block,registers,shared_bytes,name\n";
+  if (records.empty()) return out;
+  const uint64_t t0 = records.front().start_ns;
+  uint64_t previous_end = t0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const KernelRecord& r = records[i];
+    const double gap = i == 0 ? 0.0 : us(r.start_ns) - us(previous_end);
+    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{}\n", i, csv_field(kernel_short_name(r.name)),
+                       us(r.start_ns - t0),
+                       us(r.end_ns - r.start_ns), gap, dims(r.grid), dims(r.block), r.registers, r.shared_bytes,
+                       csv_field(r.name));
+    previous_end = std::max(previous_end, r.end_ns);
+  }
+  return out;
+}
+
+std::string timeline_by_kernel_csv(const std::vector<KernelRecord>& records) {
+  struct Total {
+    size_t launches = 0;
+    uint64_t ns = 0;
+  };
+  std::map<std::string, Total> by_name;
+  uint64_t all_ns = 0;
+  for (const KernelRecord& r : records) {
+    Total& t = by_name[kernel_short_name(r.name)];
+    ++t.launches;
+    t.ns += r.end_ns - r.start_ns;
+    all_ns += r.end_ns - r.start_ns;
+  }
+  std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  std::string out = "kernel,launches,total_us,mean_us,share\n";
+  for (const auto& [name, t] : rows)
+    out += fmt::format("{},{},{:.3f},{:.3f},{:.4f}\n", csv_field(name), t.launches, us(t.ns), us(t.ns) / double(t.launches),
+                       all_ns ? double(t.ns) / double(all_ns) : 0.0);
+  return out;
+}
+
+std::string timeline_summary(const std::vector<KernelRecord>& records) {
+  if (records.empty()) return "no kernels";
+  uint64_t busy = 0, idle = 0, end = records.front().start_ns;
+  for (const KernelRecord& r : records) {
+    busy += r.end_ns - r.start_ns;
+    if (r.start_ns > end) idle += r.start_ns - end;
+    end = std::max(end, r.end_ns);
+  }
+  return fmt::format("{} kernels, span {:.1f} us, kernels' sum {:.1f} us, idle gaps {:.1f} us", records.size(),
+                     us(end - records.front().start_ns), us(busy), us(idle));
+}
+
+std::string file_safe(const std::string& name) {
+  std::string out = name;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  return out;
+}
+
+}  // namespace topt

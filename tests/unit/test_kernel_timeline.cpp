@@ -1,0 +1,58 @@
+// topt profile --timeline's tables, from hand-made kernel records.
+#include <gtest/gtest.h>
+
+#include "harness/kernel_timeline.h"
+
+namespace topt {
+namespace {
+
+KernelRecord kernel(const std::string& name, uint64_t start_ns, uint64_t end_ns) {
+  KernelRecord r;
+  r.name = name;
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  r.grid = dim3(132, 1, 1);
+  r.block = dim3(384, 1, 1);
+  r.registers = 168;
+  r.shared_bytes = 196608;
+  return r;
+}
+
+TEST(KernelTimeline, ShortNameDropsReturnTypeNamespacesTemplatesAndParameters) {
+  EXPECT_EQ(kernel_short_name("void topt::kernels::gemm::stream_kernel<8, true>(topt::kernels::gemm::Params)"),
+            "stream_kernel");
+  EXPECT_EQ(kernel_short_name("rmsnorm_kernel(float const*, int)"), "rmsnorm_kernel");
+  EXPECT_EQ(kernel_short_name("nvjet_sm90_tst_64x8_64x16"), "nvjet_sm90_tst_64x8_64x16");
+  EXPECT_EQ(kernel_short_name("topt::testing::(anonymous namespace)::copy_kernel(int4 const*, int4*, unsigned long)"),
+            "copy_kernel");
+}
+
+TEST(KernelTimeline, RowsGiveStartDurationAndGapIncludingOverlap) {
+  // b starts 1 µs after a ends; c starts 0.5 µs before b ends (PDL overlap).
+  std::vector<KernelRecord> records{kernel("void ns::a<1, 2>(int)", 10000, 15000), kernel("b", 16000, 20000),
+                                    kernel("b", 19500, 21000)};
+  const std::string csv = timeline_csv(records);
+  EXPECT_NE(csv.find("0,a,0.000,5.000,0.000,132x1x1,384x1x1,168,196608,\"void ns::a<1, 2>(int)\"\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("1,b,6.000,4.000,1.000,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("2,b,9.500,1.500,-0.500,"), std::string::npos) << csv;
+  EXPECT_EQ(timeline_summary(records), "3 kernels, span 11.0 us, kernels' sum 10.5 us, idle gaps 1.0 us");
+}
+
+TEST(KernelTimeline, ByKernelSumsLaunchesLargestFirst) {
+  std::vector<KernelRecord> records{kernel("a", 0, 1000), kernel("b", 1000, 4000), kernel("a", 4000, 5000),
+                                    kernel("b", 5000, 8000)};
+  EXPECT_EQ(timeline_by_kernel_csv(records),
+            "kernel,launches,total_us,mean_us,share\n"
+            "b,2,6.000,3.000,0.7500\n"
+            "a,2,2.000,1.000,0.2500\n");
+}
+
+TEST(KernelTimeline, EmptyLaunchAndFileNames) {
+  EXPECT_EQ(timeline_summary({}), "no kernels");
+  EXPECT_EQ(timeline_csv({}), "index,kernel,start_us,duration_us,gap_us,grid,block,registers,shared_bytes,name\n");
+  EXPECT_EQ(file_safe("decode_step/ours_v2_pdl/model=llama2-7b,q_len=5"), "decode_step_ours_v2_pdl_model_llama2-7b_q_len_5");
+}
+
+}  // namespace
+}  // namespace topt
