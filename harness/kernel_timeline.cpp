@@ -39,19 +39,30 @@ std::string kernel_short_name(const std::string& demangled) {
   return head.empty() ? demangled : head;
 }
 
+// Each record's time added to the span: its end less the latest end before it (0 if inside it).
+std::vector<uint64_t> added_ns(const std::vector<KernelRecord>& records) {
+  std::vector<uint64_t> added;
+  uint64_t latest_end = records.empty() ? 0 : records.front().start_ns;
+  for (const KernelRecord& r : records) {
+    added.push_back(r.end_ns > latest_end ? r.end_ns - std::max(latest_end, r.start_ns) : 0);
+    latest_end = std::max(latest_end, r.end_ns);
+  }
+  return added;
+}
+
 std::string timeline_csv(const std::vector<KernelRecord>& records) {
-  std::string out = "index,kernel,start_us,duration_us,gap_us,grid,block,registers,shared_bytes,name\n";
+  std::string out = "index,kernel,start_us,duration_us,gap_us,added_us,grid,block,registers,shared_bytes,name\n";
   if (records.empty()) return out;
   const uint64_t t0 = records.front().start_ns;
-  uint64_t previous_end = t0;
+  const std::vector<uint64_t> added = added_ns(records);
+  uint64_t latest_end = t0;
   for (size_t i = 0; i < records.size(); ++i) {
     const KernelRecord& r = records[i];
-    const double gap = i == 0 ? 0.0 : us(r.start_ns) - us(previous_end);
-    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{},{},{},{},{}\n", i, csv_field(kernel_short_name(r.name)),
-                       us(r.start_ns - t0),
-                       us(r.end_ns - r.start_ns), gap, dims(r.grid), dims(r.block), r.registers, r.shared_bytes,
-                       csv_field(r.name));
-    previous_end = std::max(previous_end, r.end_ns);
+    const double gap = i == 0 ? 0.0 : us(r.start_ns) - us(latest_end);
+    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{},{}\n", i, csv_field(kernel_short_name(r.name)),
+                       us(r.start_ns - t0), us(r.end_ns - r.start_ns), gap, us(added[i]), dims(r.grid),
+                       dims(r.block), r.registers, r.shared_bytes, csv_field(r.name));
+    latest_end = std::max(latest_end, r.end_ns);
   }
   return out;
 }
@@ -59,22 +70,26 @@ std::string timeline_csv(const std::vector<KernelRecord>& records) {
 std::string timeline_by_kernel_csv(const std::vector<KernelRecord>& records) {
   struct Total {
     size_t launches = 0;
-    uint64_t ns = 0;
+    uint64_t added_ns = 0, duration_ns = 0;
   };
   std::map<std::string, Total> by_name;
-  uint64_t all_ns = 0;
-  for (const KernelRecord& r : records) {
-    Total& t = by_name[kernel_short_name(r.name)];
+  const std::vector<uint64_t> added = added_ns(records);
+  uint64_t span_ns = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    Total& t = by_name[kernel_short_name(records[i].name)];
     ++t.launches;
-    t.ns += r.end_ns - r.start_ns;
-    all_ns += r.end_ns - r.start_ns;
+    t.added_ns += added[i];
+    t.duration_ns += records[i].end_ns - records[i].start_ns;
+    span_ns += added[i];
   }
   std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
-  std::string out = "kernel,launches,total_us,mean_us,share\n";
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.second.added_ns > b.second.added_ns; });
+  std::string out = "kernel,launches,added_us,mean_added_us,duration_us,share\n";
   for (const auto& [name, t] : rows)
-    out += fmt::format("{},{},{:.3f},{:.3f},{:.4f}\n", csv_field(name), t.launches, us(t.ns), us(t.ns) / double(t.launches),
-                       all_ns ? double(t.ns) / double(all_ns) : 0.0);
+    out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.4f}\n", csv_field(name), t.launches, us(t.added_ns),
+                       us(t.added_ns) / double(t.launches), us(t.duration_ns),
+                       span_ns ? double(t.added_ns) / double(span_ns) : 0.0);
   return out;
 }
 
@@ -90,11 +105,15 @@ std::string timeline_summary(const std::vector<KernelRecord>& records) {
                      us(end - records.front().start_ns), us(busy), us(idle));
 }
 
-std::string file_safe(const std::string& name) {
+std::string timeline_file_stem(const std::string& name) {
+  constexpr size_t kKept = 150;
   std::string out = name;
   for (char& c : out)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-  return out;
+  if (out.size() <= kKept) return out;
+  uint32_t hash = 2166136261u;  // FNV-1a of the whole name: the same file name in every run
+  for (unsigned char c : name) hash = (hash ^ c) * 16777619u;
+  return out.substr(0, kKept) + fmt::format("-{:08x}", hash);
 }
 
 }  // namespace topt

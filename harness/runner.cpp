@@ -162,7 +162,7 @@ class SweepRunner {
 
   // `--timeline DIR`: the launch's kernels (DIR/NAME.csv) and their sums by kernel (DIR/NAME.by_kernel.csv).
   void write_timeline(const std::string& name, const std::vector<KernelRecord>& records) {
-    const std::filesystem::path base = std::filesystem::path(opt_.timeline_dir) / file_safe(name);
+    const std::filesystem::path base = std::filesystem::path(opt_.timeline_dir) / timeline_file_stem(name);
     auto write = [](const std::filesystem::path& path, const std::string& text) {
       std::ofstream f(path);
       f << text;
