@@ -106,14 +106,14 @@ std::string timeline_summary(const std::vector<KernelRecord>& records) {
 }
 
 std::string timeline_file_stem(const std::string& name) {
-  constexpr size_t kKept = 150;
+  constexpr size_t kHead = 100, kTail = 50;  // a case's last parameters (q_len, dtype) tell it apart
   std::string out = name;
   for (char& c : out)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-  if (out.size() <= kKept) return out;
+  if (out.size() <= kHead + kTail + 10) return out;
   uint32_t hash = 2166136261u;  // FNV-1a of the whole name: the same file name in every run
   for (unsigned char c : name) hash = (hash ^ c) * 16777619u;
-  return out.substr(0, kKept) + fmt::format("-{:08x}", hash);
+  return out.substr(0, kHead) + fmt::format("-{:08x}-", hash) + out.substr(out.size() - kTail);
 }
 
 }  // namespace topt

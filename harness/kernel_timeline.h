@@ -27,7 +27,8 @@ std::string timeline_by_kernel_csv(const std::vector<KernelRecord>& records);
 std::string timeline_summary(const std::vector<KernelRecord>& records);
 
 // A file name for `name`: every character that is not a letter, digit, '-', '_' or '.' replaced by
-// '_', and a long name cut to 150 characters and its hash (file names stop at 255 bytes).
+// '_'; a long name keeps its first 100 and last 50 characters around its hash (file names stop at 255
+// bytes).
 std::string timeline_file_stem(const std::string& name);
 
 }  // namespace topt
