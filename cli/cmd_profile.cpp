@@ -33,6 +33,12 @@ void add_profile_command(CLI::App& app, int& exit_code) {
                            "under nsys instead (docs/multi-gpu.md)\n", cfg.path, cfg.world_size);
         return int(kUsage);
       }
+      if (!timeline->empty()) {
+        if (std::string why = unwritable_dir_reason(*timeline); !why.empty()) {
+          fmt::print(stderr, "topt profile: --timeline {}: {}\n", *timeline, why);
+          return int(kUsage);
+        }
+      }
       RunOptions ro;
       ro.filter = opts->filter();
       ro.profile = true;
