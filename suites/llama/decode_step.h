@@ -42,7 +42,10 @@ ErrorModel decode_step_error_model(const StepCase& s);
 
 class DecodeStepProblem : public Problem {
  public:
-  DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream);
+  // With `same_model`, the weights are that problem's (c must name the same model and weights format;
+  // the seed then makes only the cache and the input): spec_decode's verify pass reads the plain
+  // step's, as a server reads one copy of its model.
+  DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream, const DecodeStepProblem* same_model = nullptr);
   ~DecodeStepProblem() override;
 
   std::vector<Tensor> outputs() const override { return {*logits}; }
@@ -60,7 +63,8 @@ class DecodeStepProblem : public Problem {
   const std::vector<double>& baseline_logits(cudaStream_t stream) const;
 
   StepCase shape;
-  LlamaWeights weights;
+  std::shared_ptr<const LlamaWeights> shared_weights;  // this problem's, or same_model's
+  const LlamaWeights& weights;
   LlamaKvCache cache;
   OwnedTensor x_in;    // [batch · q_len, hidden]: the new tokens' embeddings
   OwnedTensor logits;  // [batch · q_len, vocab]

@@ -112,11 +112,15 @@ std::string plain_step_only(const StepCase& s) {
 // The case, once its weights, caches, ours' extra (bf16: the interleaved gate|up copy; w4a16: the
 // setup's scratch and the reference's dequantized layer) and 2 GB for the rest (activations,
 // workspaces, the reference's scratch, the baseline that ours is compared with) fit the device's free
-// memory; OutOfMemory naming the sizes otherwise.
-StepCase fitting_device(const Case& c) {
+// memory; OutOfMemory naming the sizes otherwise. On another problem's weights (own_weights false),
+// only the caches and the rest.
+StepCase fitting_device(const Case& c, bool own_weights) {
   StepCase s(c);
   const std::string what = "decode_step " + c.label();
-  if (s.weights == WeightsFormat::bf16) {
+  if (!own_weights) {
+    require_device_memory(s.kv_bytes() + kOtherBytes,
+                          what + " (KV caches and 2 GB for the rest, on another problem's weights)");
+  } else if (s.weights == WeightsFormat::bf16) {
     require_device_memory(s.weight_bytes() + s.kv_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers) +
                               kOtherBytes,
                           what + " (weights, KV caches, ours' interleaved gate|up weights and 2 GB for the rest)");
@@ -144,9 +148,28 @@ bool dequantized_copy_fits(const StepCase& s) {
 
 }  // namespace
 
-DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream)
-    : shape(fitting_device(c)),
-      weights(shape.model, seed, stream, shape.weights, dequantized_copy_fits(shape)),
+namespace {
+
+// The weights a decode step reads: same_model's (after checking that they are this case's model), or
+// its own, drawn from the seed.
+std::shared_ptr<const LlamaWeights> step_weights(const StepCase& shape, uint64_t seed, cudaStream_t stream,
+                                                  const DecodeStepProblem* same_model) {
+  if (!same_model)
+    return std::make_shared<const LlamaWeights>(shape.model, seed, stream, shape.weights, dequantized_copy_fits(shape));
+  const LlamaShape &a = shape.model, &b = same_model->shape.model;
+  if (a.layers != b.layers || a.hidden != b.hidden || a.heads != b.heads || a.kv_heads != b.kv_heads ||
+      a.head_dim != b.head_dim || a.ffn != b.ffn || a.vocab != b.vocab || shape.weights != same_model->shape.weights)
+    throw std::invalid_argument("decode_step: a problem on another's weights needs the same model and weights format");
+  return same_model->shared_weights;
+}
+
+}  // namespace
+
+DecodeStepProblem::DecodeStepProblem(const Case& c, uint64_t seed, cudaStream_t stream,
+                                     const DecodeStepProblem* same_model)
+    : shape(fitting_device(c, same_model == nullptr)),
+      shared_weights(step_weights(shape, seed, stream, same_model)),
+      weights(*shared_weights),
       cache(shape.model, shape.lengths(), shape.page_size, seed + 7919, stream, shape.q_len),
       x_in(DType::bf16, {shape.rows(), shape.model.hidden}, "x_in"),
       logits(DType::bf16, {shape.rows(), shape.model.vocab}, "logits"),

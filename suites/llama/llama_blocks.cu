@@ -165,17 +165,21 @@ double OursFfn::interleaved_bytes(const LlamaShape& m, int layers) {
 // SplitReduce::kernel, as the step's other core GEMMs: the rung whose split-K path is verified.
 OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
                  cudaStream_t stream, const void* residual, void* out, kernels::gemm::PlanOptions options)
-    : interleaved_(size_t(interleaved_bytes(m, int(weights.layers.size()))), "interleaved gate|up weights") {
+{
   constexpr auto kReduce = kernels::gemm::SplitReduce::kernel;
   const size_t layer_bytes = size_t(interleaved_bytes(m, 1));
+  const bool first = weights.interleaved_gate_up.get() == nullptr;
+  if (first)
+    weights.interleaved_gate_up = DeviceBuffer(layer_bytes * weights.layers.size(), "interleaved gate|up weights");
+  interleaved_bytes_ = weights.interleaved_gate_up.bytes();
   kernels::ffn::FfnArgs a = ffn_args(m, rows);
   a.x = act.xn->data;
   a.residual = residual;
   a.y = out ? out : act.y->data;
   workspace_ = DeviceBuffer(kernels::ffn::ffn_workspace_bytes(a, kReduce, options), "FFN workspace");
   for (size_t l = 0; l < weights.layers.size(); ++l) {
-    void* w_in = interleaved_.as<char>() + l * layer_bytes;
-    kernels::ffn::interleave_gate_up(weights.layers[l].w_gate_up->data, m.ffn, m.hidden, 2, w_in, stream);
+    void* w_in = weights.interleaved_gate_up.as<char>() + l * layer_bytes;
+    if (first) kernels::ffn::interleave_gate_up(weights.layers[l].w_gate_up->data, m.ffn, m.hidden, 2, w_in, stream);
     a.w_in = w_in;
     a.w_out = weights.layers[l].w_down->data;
     launches_.push_back(kernels::ffn::prepare_ffn(a, workspace_.get(), stream, kReduce, options));

@@ -95,8 +95,9 @@ class CoreGemms {
 // Ours' FFN, the fused FFN of kernels/ffn/ffn.h (branch `ffn`): per layer, one GEMM over the
 // interleaved gate|up weight whose epilogue writes h = SiLU(gate) ⊙ up, then the down GEMM (with the
 // residual added in its epilogue where one is given): y = h·W_downᵀ (+ residual). The interleaved
-// weights are this instance's own copy, made once at prepare (the size of the gate|up weights: 7B
-// 5.8 GB); one workspace (h and the split-K partials) serves every layer, which run in turn.
+// weights (the size of the gate|up weights: 7B 5.8 GB) are made once per weight set, by the first
+// instance (LlamaWeights::interleaved_gate_up); one workspace (h and the split-K partials) serves every
+// layer, which run in turn.
 class OursFfn {
  public:
   // x = act.xn; y = `out` (act.y when null).
@@ -104,12 +105,14 @@ class OursFfn {
           cudaStream_t stream, const void* residual = nullptr, void* out = nullptr,
           kernels::gemm::PlanOptions options = {});
   void run(int layer, cudaStream_t stream) const { kernels::ffn::run_ffn(launches_[size_t(layer)], stream); }
-  size_t workspace_bytes() const { return interleaved_.bytes() + workspace_.bytes(); }
+  // The interleaved copy (shared with the other compositions on the same weights) and the workspace.
+  size_t workspace_bytes() const { return interleaved_bytes_ + workspace_.bytes(); }
   // Bytes of the interleaved copy for `layers` layers.
   static double interleaved_bytes(const LlamaShape& m, int layers);
 
  private:
-  DeviceBuffer interleaved_, workspace_;
+  size_t interleaved_bytes_ = 0;
+  DeviceBuffer workspace_;
   std::vector<kernels::ffn::FfnLaunch> launches_;
 };
 

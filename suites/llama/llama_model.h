@@ -86,6 +86,9 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   OwnedTensor final_norm;  // [hidden]
   OwnedTensor lm_head;     // [vocab, hidden]
+  // Ours' FFN layout of every layer's gate|up weight (OursFfn), made by the first composition that
+  // needs it and read by every one after it: the same bytes, so one copy, as a server would hold.
+  mutable DeviceBuffer interleaved_gate_up;
   // w4a16: each linear weight drawn in bf16 as the bf16 model's, quantized and packed on the device
   // one tensor at a time (the bf16 draw and its codes are the only scratch: setup_scratch_bytes).
   LlamaWeights(const LlamaShape& shape, uint64_t seed, cudaStream_t stream, WeightsFormat format = WeightsFormat::bf16,
