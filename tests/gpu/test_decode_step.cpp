@@ -183,6 +183,24 @@ TEST_F(DecodeStepOp, VerifyPassPasses) {
   EXPECT_NE(why.find("q_len must be 1 to 16, not 17"), std::string::npos) << why;
 }
 
+// A problem made on another's weights (spec_decode's verify pass on the plain step's) reads those, not
+// a copy, and ours on it passes its reference; a problem of another model is refused.
+TEST_F(DecodeStepOp, VerifyPassOnThePlainStepsWeights) {
+  if (small_shapes_only()) GTEST_SKIP() << kCublasLtInside;
+  const Case plain_case = step_case(2, 3, 300), verify_case = step_case(2, 3, 300, 5);
+  suites::DecodeStepProblem plain(plain_case, 11, stream);
+  suites::DecodeStepProblem verify(verify_case, 11, stream, &plain);
+  EXPECT_EQ(&verify.weights, &plain.weights);
+  const Reference ref = compute_reference(verify, int64_t(1) << 22, stream);
+  auto inst = builtin_registry().find("decode_step")->find_impl("ours_v2_pdl")->prepare(verify, verify_case, stream);
+  for (auto& out : verify.outputs()) poison_nan(out, stream);
+  inst->launch(stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const CheckResult r = check_outputs(verify, ref, stream);
+  EXPECT_TRUE(r.passes()) << r.describe();
+  EXPECT_THROW(suites::DecodeStepProblem(step_case(3, 3, 300, 5), 11, stream, &plain), std::invalid_argument);
+}
+
 // The verify pass on w4a16 weights: ours' weight-only decode GEMMs at M = batch · q_len against the
 // reference; past the GEMM's 64 rows ours refuses, naming them.
 TEST_F(DecodeStepOp, W4a16VerifyPassPasses) {
