@@ -50,12 +50,12 @@ class CutlassGemmPlan {
 
 using CutlassGemmPlans = std::vector<std::unique_ptr<CutlassGemmPlan>>;
 
-// The configurations instantiated for each operand type (cutlass_gemm_bf16.cu, cutlass_gemm_fp8.cu), and
-// for bf16 x with int4 / int8 weights scaled per group of K (cutlass_gemm_w4a16.cu, cutlass_gemm_w8a16.cu).
+// The configurations instantiated for each operand type, and for bf16 x with int4 / int8 weights scaled
+// per group of K (all in cutlass_gemm_plans.cu).
 CutlassGemmPlans bf16_plans();
 CutlassGemmPlans e4m3_plans();
-CutlassGemmPlans s8_plans();  // cutlass_gemm_int8.cu
-CutlassGemmPlans e4m3_block_plans();  // cutlass_gemm_fp8_block.cu: 1x128 (x) and 128x128 (W) block scales
+CutlassGemmPlans s8_plans();
+CutlassGemmPlans e4m3_block_plans();  // 1x128 (x) and 128x128 (W) block scales
 CutlassGemmPlans w4a16_plans();
 CutlassGemmPlans w8a16_plans();
 
