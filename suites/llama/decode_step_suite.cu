@@ -146,10 +146,6 @@ bool dequantized_copy_fits(const StepCase& s) {
   return with_dequantized_copy_bytes(s) <= double(free_bytes);
 }
 
-}  // namespace
-
-namespace {
-
 // The weights a decode step reads: same_model's (after checking that they are this case's model), or
 // its own, drawn from the seed.
 std::shared_ptr<const LlamaWeights> step_weights(const StepCase& shape, uint64_t seed, cudaStream_t stream,

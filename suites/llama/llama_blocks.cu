@@ -164,8 +164,7 @@ double OursFfn::interleaved_bytes(const LlamaShape& m, int layers) {
 
 // SplitReduce::kernel, as the step's other core GEMMs: the rung whose split-K path is verified.
 OursFfn::OursFfn(const LlamaWeights& weights, const LlamaShape& m, const StepActivations& act, int64_t rows,
-                 cudaStream_t stream, const void* residual, void* out, kernels::gemm::PlanOptions options)
-{
+                 cudaStream_t stream, const void* residual, void* out, kernels::gemm::PlanOptions options) {
   constexpr auto kReduce = kernels::gemm::SplitReduce::kernel;
   const size_t layer_bytes = size_t(interleaved_bytes(m, 1));
   const bool first = weights.interleaved_gate_up.get() == nullptr;
