@@ -22,6 +22,23 @@ std::string csv_field(const std::string& s) {
 
 std::string dims(const dim3& d) { return fmt::format("{}x{}x{}", d.x, d.y, d.z); }
 
+// The latest end among the records before each one (the first record's start for the first): what a
+// record's gap, its idle time and its time added to the span are measured from.
+std::vector<uint64_t> latest_end_before(const std::vector<KernelRecord>& records) {
+  std::vector<uint64_t> before;
+  uint64_t latest = records.empty() ? 0 : records.front().start_ns;
+  for (const KernelRecord& r : records) {
+    before.push_back(latest);
+    latest = std::max(latest, r.end_ns);
+  }
+  return before;
+}
+
+// A record's time added to the span: its end less the latest end before it (0 if it ends inside it).
+uint64_t added_ns(const KernelRecord& r, uint64_t before) {
+  return r.end_ns > before ? r.end_ns - std::max(before, r.start_ns) : 0;
+}
+
 }  // namespace
 
 std::string kernel_short_name(const std::string& demangled) {
@@ -39,30 +56,17 @@ std::string kernel_short_name(const std::string& demangled) {
   return head.empty() ? demangled : head;
 }
 
-// Each record's time added to the span: its end less the latest end before it (0 if inside it).
-std::vector<uint64_t> added_ns(const std::vector<KernelRecord>& records) {
-  std::vector<uint64_t> added;
-  uint64_t latest_end = records.empty() ? 0 : records.front().start_ns;
-  for (const KernelRecord& r : records) {
-    added.push_back(r.end_ns > latest_end ? r.end_ns - std::max(latest_end, r.start_ns) : 0);
-    latest_end = std::max(latest_end, r.end_ns);
-  }
-  return added;
-}
-
 std::string timeline_csv(const std::vector<KernelRecord>& records) {
   std::string out = "index,kernel,start_us,duration_us,gap_us,added_us,grid,block,registers,shared_bytes,name\n";
   if (records.empty()) return out;
   const uint64_t t0 = records.front().start_ns;
-  const std::vector<uint64_t> added = added_ns(records);
-  uint64_t latest_end = t0;
+  const std::vector<uint64_t> before = latest_end_before(records);
   for (size_t i = 0; i < records.size(); ++i) {
     const KernelRecord& r = records[i];
-    const double gap = i == 0 ? 0.0 : us(r.start_ns) - us(latest_end);
+    const double gap = i == 0 ? 0.0 : us(r.start_ns) - us(before[i]);
     out += fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{},{}\n", i, csv_field(kernel_short_name(r.name)),
-                       us(r.start_ns - t0), us(r.end_ns - r.start_ns), gap, us(added[i]), dims(r.grid),
+                       us(r.start_ns - t0), us(r.end_ns - r.start_ns), gap, us(added_ns(r, before[i])), dims(r.grid),
                        dims(r.block), r.registers, r.shared_bytes, csv_field(r.name));
-    latest_end = std::max(latest_end, r.end_ns);
   }
   return out;
 }
@@ -73,14 +77,15 @@ std::string timeline_by_kernel_csv(const std::vector<KernelRecord>& records) {
     uint64_t added_ns = 0, duration_ns = 0;
   };
   std::map<std::string, Total> by_name;
-  const std::vector<uint64_t> added = added_ns(records);
+  const std::vector<uint64_t> before = latest_end_before(records);
   uint64_t span_ns = 0;
   for (size_t i = 0; i < records.size(); ++i) {
     Total& t = by_name[kernel_short_name(records[i].name)];
+    const uint64_t added = added_ns(records[i], before[i]);
     ++t.launches;
-    t.added_ns += added[i];
+    t.added_ns += added;
     t.duration_ns += records[i].end_ns - records[i].start_ns;
-    span_ns += added[i];
+    span_ns += added;
   }
   std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
   std::stable_sort(rows.begin(), rows.end(),
@@ -95,12 +100,13 @@ std::string timeline_by_kernel_csv(const std::vector<KernelRecord>& records) {
 
 std::string timeline_summary(const std::vector<KernelRecord>& records) {
   if (records.empty()) return "no kernels";
-  uint64_t busy = 0, idle = 0, end = records.front().start_ns;
-  for (const KernelRecord& r : records) {
-    busy += r.end_ns - r.start_ns;
-    if (r.start_ns > end) idle += r.start_ns - end;
-    end = std::max(end, r.end_ns);
+  const std::vector<uint64_t> before = latest_end_before(records);
+  uint64_t busy = 0, idle = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    busy += records[i].end_ns - records[i].start_ns;
+    if (records[i].start_ns > before[i]) idle += records[i].start_ns - before[i];
   }
+  const uint64_t end = std::max(before.back(), records.back().end_ns);
   return fmt::format("{} kernels, span {:.1f} us, kernels' sum {:.1f} us, idle gaps {:.1f} us", records.size(),
                      us(end - records.front().start_ns), us(busy), us(idle));
 }
