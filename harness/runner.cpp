@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -163,13 +162,8 @@ class SweepRunner {
   // `--timeline DIR`: the launch's kernels (DIR/NAME.csv) and their sums by kernel (DIR/NAME.by_kernel.csv).
   void write_timeline(const std::string& name, const std::vector<KernelRecord>& records) {
     const std::filesystem::path base = std::filesystem::path(opt_.timeline_dir) / timeline_file_stem(name);
-    auto write = [](const std::filesystem::path& path, const std::string& text) {
-      std::ofstream f(path);
-      f << text;
-      if (!f) throw std::runtime_error("cannot write " + path.string());
-    };
-    write(base.string() + ".csv", timeline_csv(records));
-    write(base.string() + ".by_kernel.csv", timeline_by_kernel_csv(records));
+    write_text_file(base.string() + ".csv", timeline_csv(records));
+    write_text_file(base.string() + ".by_kernel.csv", timeline_by_kernel_csv(records));
     profiled_.push_back(fmt::format("  timeline {}.csv: {}", base.string(), timeline_summary(records)));
   }
 
