@@ -152,9 +152,7 @@ std::shared_ptr<const LlamaWeights> step_weights(const StepCase& shape, uint64_t
                                                   const DecodeStepProblem* same_model) {
   if (!same_model)
     return std::make_shared<const LlamaWeights>(shape.model, seed, stream, shape.weights, dequantized_copy_fits(shape));
-  const LlamaShape &a = shape.model, &b = same_model->shape.model;
-  if (a.layers != b.layers || a.hidden != b.hidden || a.heads != b.heads || a.kv_heads != b.kv_heads ||
-      a.head_dim != b.head_dim || a.ffn != b.ffn || a.vocab != b.vocab || shape.weights != same_model->shape.weights)
+  if (!(shape.model == same_model->shape.model) || shape.weights != same_model->shape.weights)
     throw std::invalid_argument("decode_step: a problem on another's weights needs the same model and weights format");
   return same_model->shared_weights;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness/op.h"
@@ -21,6 +22,10 @@ struct LlamaShape {
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 128, ffn = 0, vocab = 0;
   float eps = 1e-5f;
   int64_t qkv_width() const { return int64_t(heads + 2 * kv_heads) * head_dim; }
+  bool operator==(const LlamaShape& o) const {
+    return std::tie(name, layers, hidden, heads, kv_heads, head_dim, ffn, vocab, eps) ==
+           std::tie(o.name, o.layers, o.hidden, o.heads, o.kv_heads, o.head_dim, o.ffn, o.vocab, o.eps);
+  }
   // Weight elements of one layer: Wqkv, Wo, W_gate|up, W_down and the two norms.
   int64_t layer_weights() const;
   // All of them: the layers, the final norm and the LM head (no embedding table: the step's input is

@@ -68,12 +68,10 @@ Case step_case(const Case& c, int64_t q_len, bool draft) {
 // the sizes otherwise.
 int64_t fitting_draft_len(const Case& c) {
   const int64_t k = c.params.i("draft_len");
-  double bytes = 2e9;
-  for (const Case& step : {step_case(c, 1, false), step_case(c, k + 1, false), step_case(c, 1, true)}) {
-    const StepCase s(step);
-    bytes += s.kv_bytes();
-    if (s.q_len == 1) bytes += s.weight_bytes() + OursFfn::interleaved_bytes(s.model, s.model.layers);
-  }
+  const StepCase plain(step_case(c, 1, false)), verify(step_case(c, k + 1, false)), draft(step_case(c, 1, true));
+  double bytes = 2e9 + plain.kv_bytes() + verify.kv_bytes() + draft.kv_bytes();
+  for (const StepCase* owner : {&plain, &draft})
+    bytes += owner->weight_bytes() + OursFfn::interleaved_bytes(owner->model, owner->model.layers);
   require_device_memory(bytes, "spec_decode " + c.label() +
                                    " (the target's and the draft's weights and ours' gate|up copies of them, the plain, "
                                    "verify and draft steps' KV caches, and 2 GB for the rest)");
