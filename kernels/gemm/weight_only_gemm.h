@@ -41,7 +41,8 @@ void pack_weight_only(const uint8_t* codes, const WeightShape& shape, int bits, 
 // The whole dequantized W [N, K] bf16 from the packed layout, each element rounded to bf16 once, as the
 // decode kernel's registers hold it (args.x and args.out unused).
 void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_t stream);
-// The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h); `workspace`
+// The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h: the mma.sync
+// kernel, or for M ≥ kWeightOnlyWgmmaMinM the wgmma kernel); `workspace`
 // holds weight_only_decode_workspace_bytes (the split partials and an arrival counter per block
 // column), null where that is 0, zeroed once by init_weight_only_decode_workspace (the kernel leaves
 // the counters at zero).
@@ -50,8 +51,9 @@ void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const Wei
                                        void* workspace, cudaStream_t stream);
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream);
-// Blocks of the decode kernel that args' format and token count run that fit on one SM at once (the
-// planner's rounds of blocks are this times the SMs).
-int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args);
+// Blocks of the decode kernel (warpgroups 0) or the wgmma kernel (2, 4: WeightOnlyDecodePlan::warpgroups)
+// for args' format and token count that fit on one SM at once (the planners' rounds of blocks are this
+// times the SMs).
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups = 0);
 
 }  // namespace topt::kernels::gemm

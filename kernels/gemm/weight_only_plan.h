@@ -1,5 +1,5 @@
-// Which kernel a weight-only GEMM (W4A16, W8A16) runs, by the token count: host-only and unit-tested,
-// apart from the kernels (DeepGEMM's rule).
+// Which kernel a weight-only GEMM (W4A16, W8A16) runs, by the token count and the weights' shape, and
+// how it spreads over the GPU: host-only and unit-tested, apart from the kernels (DeepGEMM's rule).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -9,21 +9,28 @@
 
 namespace topt::kernels::gemm {
 
-// Up to this many tokens the weights' read sets the time: the decode kernel streams the packed weights
-// and dequantizes them in registers (8 n8 token tiles of mma.sync at most).
+// Up to this many tokens the weights' read sets the time: the weights stream packed and are dequantized
+// in registers, by the decode kernel (8 n8 token tiles of mma.sync at most) or the wgmma kernel.
 constexpr int64_t kWeightOnlyDecodeMaxM = 64;
+// From this many tokens the wgmma kernel can take a GEMM: up to 8, one n8 token tile of mma.sync wastes
+// nothing and x's traffic is small.
+constexpr int64_t kWeightOnlyWgmmaMinM = 9;
+// The weights (N · K) from which the wgmma kernel leads the decode kernel at 9..64 tokens. H200, µs,
+// decode / wgmma (kernels/gemm/W4A16_NOTES.md): 4096 × 4096 at 16, 32, 64 tokens 12.8 / 16.6, 13.9 / 26.2,
+// 25.3 / 39.7 (its blocks are too few to fill the SMs without K splits); 22016 × 4096 36.0 / 36.8,
+// 57.2 / 52.2, 112.9 / 76.0; 57344 × 8192 145.0 / 132.9, 207.6 / 163.8, 467.7 / 249.6.
+constexpr int64_t kWeightOnlyWgmmaMinWeights = int64_t(1) << 26;
 
 enum class WeightOnlyPath {
-  decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync
+  decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync, x read by every warp
+  wgmma,                 // weight_only_wgmma_kernel: weights and x through shared memory, x read once a block
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
-inline WeightOnlyPath choose_weight_only_path(int64_t m) {
-  return m <= kWeightOnlyDecodeMaxM ? WeightOnlyPath::decode : WeightOnlyPath::dequantize_then_core;
-}
-
-inline const char* path_name(WeightOnlyPath p) {
-  return p == WeightOnlyPath::decode ? "decode" : "dequantize_then_core";
+inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k) {
+  if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
+  if (m >= kWeightOnlyWgmmaMinM && n * k >= kWeightOnlyWgmmaMinWeights) return WeightOnlyPath::wgmma;
+  return WeightOnlyPath::decode;
 }
 
 // How the decode kernel spreads W over the GPU. A block is 8 warps: `strips_per_block` strips of 16 rows
@@ -39,9 +46,13 @@ constexpr int kMinDecodeChunksPerWarp = 2;  // K a warp streams per split at lea
 struct WeightOnlyDecodePlan {
   int strips_per_block = 1;
   int splits = 1;
+  // 0: the mma.sync kernel (x read by each warp into registers); 2 or 4: the wgmma kernel, whose block is
+  // this many warpgroups of 4 strips (strips_per_block = 4 · warpgroups), x staged in shared memory.
+  int warpgroups = 0;
   int64_t blocks(int64_t n) const { return ((n + 15) / 16 + strips_per_block - 1) / strips_per_block * splits; }
   std::string describe() const {
-    return std::to_string(strips_per_block) + " strips a block, " + std::to_string(splits) + " K splits";
+    return std::to_string(strips_per_block) + " strips a block, " + std::to_string(splits) + " K splits" +
+           (warpgroups ? ", wgmma" : "");
   }
 };
 
@@ -86,6 +97,36 @@ inline WeightOnlyDecodePlan plan_weight_only_decode(int64_t m, int64_t n, int64_
       best_traffic = c.traffic;
       best = c.plan;
     }
+  return best;
+}
+
+// The wgmma kernel (M = kWeightOnlyWgmmaMinM..kWeightOnlyDecodeMaxM): every warp of a block walks the
+// block's K range, x staged once per block in shared memory, so x's L2 traffic per weight byte is
+// M / (16 · warpgroups): 2 warpgroups up to 16 tokens (two blocks an SM), 4 above (one). A block first
+// fills its pipeline and last sums its partials, which costs about kWgmmaBlockOverheadChunks chunks of
+// streaming (measured on the H200: 70B gate+up at M = 16 ran 145 µs whole and 192 µs in 7 splits of 18
+// chunks, though 7 splits fill the last wave to 99% against 85%). So K is split to fill the SMs only
+// where that pays: the splits (each at least kMinWgmmaChunksPerSplit chunks) that minimize rounds of
+// blocks × (chunks a block + that overhead).
+constexpr int kMinWgmmaChunksPerSplit = 16;
+constexpr int kWgmmaBlockOverheadChunks = 16;
+
+inline int wgmma_warpgroups_for(int64_t m) { return m <= 16 ? 2 : 4; }
+
+inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int warpgroups, int resident_blocks) {
+  const int64_t chunks = (k + 63) / 64, resident = resident_blocks < 1 ? 1 : resident_blocks;
+  const int max_splits = int(std::clamp<int64_t>(chunks / kMinWgmmaChunksPerSplit, 1, kMaxDecodeSplits));
+  WeightOnlyDecodePlan best{4 * warpgroups, 1, warpgroups};
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int splits = 1; splits <= max_splits; ++splits) {
+    const WeightOnlyDecodePlan plan{4 * warpgroups, splits, warpgroups};
+    const int64_t rounds = (plan.blocks(n) + resident - 1) / resident;
+    const double cost = double(rounds) * (double((chunks + splits - 1) / splits) + kWgmmaBlockOverheadChunks);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = plan;
+    }
+  }
   return best;
 }
 

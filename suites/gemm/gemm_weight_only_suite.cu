@@ -186,22 +186,36 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: the decode kernel up to kWeightOnlyDecodeMaxM tokens, one strip of 16 rows per block, its 8 warps
-// splitting K (kStripPerBlockPlan: no workspace; ours_v2, spread by plan_weight_only_decode with K split
-// across blocks, was slower on every row measured on the H100 and is gone); above, W dequantized to bf16
-// and the core's bf16 GEMM (choose_weight_only_path), timed together.
-std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream) {
+// ours: up to kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows per block, its 8 warps
+// splitting K (kStripPerBlockPlan: no workspace; K split across blocks by plan_weight_only_decode was
+// slower on every row measured on the H100), or from 9 tokens on large weights the wgmma kernel (its K
+// splits from plan_weight_only_wgmma); above, W dequantized to bf16 and the core's bf16 GEMM, timed
+// together (choose_weight_only_path). `wgmma_in_range` (ours_v2): the wgmma kernel at every M it takes.
+std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream, bool wgmma_in_range) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
-  const WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m);
+  WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k);
+  if (wgmma_in_range && path == WeightOnlyPath::decode && p.shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM)
+    path = WeightOnlyPath::wgmma;
   inst->extra = p.metrics();
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
-  if (path == WeightOnlyPath::decode) {
-    const int resident_blocks = kernels::gemm::weight_only_decode_blocks_per_sm(args) * current_device_sm_count();
+  inst->extra.push_back({"plan_wgmma", path == WeightOnlyPath::wgmma ? 1 : 0});
+  if (path != WeightOnlyPath::dequantize_then_core) {
+    const int warpgroups = path == WeightOnlyPath::wgmma ? kernels::gemm::wgmma_warpgroups_for(p.shape.m) : 0;
+    const int resident_blocks =
+        kernels::gemm::weight_only_decode_blocks_per_sm(args, warpgroups) * current_device_sm_count();
+    const kernels::gemm::WeightOnlyDecodePlan plan =
+        warpgroups ? kernels::gemm::plan_weight_only_wgmma(p.shape.n, p.shape.k, warpgroups, resident_blocks)
+                   : kernels::gemm::kStripPerBlockPlan;
+    auto workspace = std::make_shared<DeviceBuffer>(
+        std::max<size_t>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan), 16), "decode partials");
+    kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
+    inst->buffers = {workspace};
     inst->extra.insert(inst->extra.end(), {{"plan_resident_blocks", resident_blocks},
-                                           {"plan_grid", double(kernels::gemm::kStripPerBlockPlan.blocks(p.shape.n))}});
-    inst->step = [args](cudaStream_t s) {
-      kernels::gemm::run_weight_only_decode(args, kernels::gemm::kStripPerBlockPlan, nullptr, s);
+                                           {"plan_grid", double(plan.blocks(p.shape.n))},
+                                           {"plan_splits", double(plan.splits)}});
+    inst->step = [args, plan, workspace](cudaStream_t s) {
+      kernels::gemm::run_weight_only_decode(args, plan, workspace->get(), s);
     };
     return inst;
   }
@@ -316,6 +330,17 @@ OpDef weight_only_op(const char* name, const char* summary) {
   auto prepare = [](std::unique_ptr<Instance> (*fn)(const WeightOnlyProblem&, cudaStream_t)) {
     return [fn](const Problem& p, const Case&, cudaStream_t s) { return fn(as_weight_only(p), s); };
   };
+  auto ours_rung = [](bool wgmma_in_range) {
+    return [wgmma_in_range](const Problem& p, const Case&, cudaStream_t s) {
+      return prepare_ours(as_weight_only(p), s, wgmma_in_range);
+    };
+  };
+  auto wgmma_range_unsupported = [](const Case& c) -> std::string {
+    const int64_t m = GemmShape(c).m;
+    if (m < kernels::gemm::kWeightOnlyWgmmaMinM || m > kernels::gemm::kWeightOnlyDecodeMaxM)
+      return "m = " + std::to_string(m) + " is outside the wgmma kernel's 9..64 (ours covers it)";
+    return "";
+  };
   op.impls = {
       {"cublaslt", Role::baseline,
        "cuBLASLt bf16 TN GEMM on the unquantized W (fastest of 8), checked against the unquantized product", nullptr,
@@ -325,10 +350,15 @@ OpDef weight_only_op(const char* name, const char* summary) {
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
        "M <= 64: packed W streamed (ld.global.nc, a batch ahead), dequantized in registers, mma.sync m16n8k16 "
-       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; M > 64: dequantize then the sm90 "
-       "core",
+       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; from 9 tokens on N*K >= 2^26 "
+       "the wgmma kernel (ours_v2); M > 64: dequantize then the sm90 core",
        nullptr,
-       prepare(prepare_ours), "weights"},
+       ours_rung(false), "weights"},
+      {"ours_v2", Role::ours,
+       "M = 9..64, every shape: the wgmma kernel, 2 or 4 warpgroups (8 or 16 strips) a block on one K range, "
+       "weights and x through a cp.async ring in shared memory (x into wgmma's B tile), the dequantized W as A "
+       "from registers",
+       wgmma_range_unsupported, ours_rung(true), "weights"},
       {"cutlass", Role::peer,
        cutlass_peer_note("mixed-input GEMM, yT = W . xT: int4 / int8 W converted and scaled in registers "
                          "(symmetric only)"),

@@ -47,8 +47,14 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
     for (Linear which : kLinears) {
       const size_t i = size_t(which);
       const g::WeightShape w = linear_shape(p.shape.model, which);
-      plans_[i] = g::plan_weight_only_decode(rows_, w.n, w.k, sms);
       const g::WeightOnlyGemmArgs a0 = p.weights.layers[0].quantized[i].args(nullptr, nullptr, rows_);
+      if (g::choose_weight_only_path(rows_, w.n, w.k) == g::WeightOnlyPath::wgmma) {
+        const int warpgroups = g::wgmma_warpgroups_for(rows_);
+        plans_[i] = g::plan_weight_only_wgmma(w.n, w.k, warpgroups,
+                                              g::weight_only_decode_blocks_per_sm(a0, warpgroups) * sms);
+      } else {
+        plans_[i] = g::plan_weight_only_decode(rows_, w.n, w.k, sms);
+      }
       workspaces_[i] = DeviceBuffer(std::max<size_t>(g::weight_only_decode_workspace_bytes(a0, plans_[i]), 16),
                                     "weight-only decode workspace");
       g::init_weight_only_decode_workspace(a0, plans_[i], workspaces_[i].get(), stream);
@@ -98,9 +104,9 @@ std::unique_ptr<OursLayerGemms> make_weight_only_layer_gemms(const DecodeStepPro
 }
 
 std::string weight_only_layers_unsupported(const LlamaShape& m, int64_t rows) {
-  if (g::choose_weight_only_path(rows) != g::WeightOnlyPath::decode)
-    return "w4a16: the weight-only decode GEMM takes up to " + std::to_string(g::kWeightOnlyDecodeMaxM) +
-           " rows, not " + std::to_string(rows) + " (its larger-M path is not composed here)";
+  if (rows > g::kWeightOnlyDecodeMaxM)
+    return "w4a16: the weight-only decode GEMMs take up to " + std::to_string(g::kWeightOnlyDecodeMaxM) +
+           " rows, not " + std::to_string(rows) + " (the larger-M path is not composed here)";
   for (Linear which : kLinears) {
     const g::WeightShape w = linear_shape(m, which);
     if (std::string why = g::weight_only_unsupported(w.n, w.k, kW4a16); !why.empty()) return "w4a16: " + why;

@@ -400,7 +400,10 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   const auto& [shape, format] = GetParam();
   const Case c = weight_only_case(shape, format);
   ASSERT_EQ(builtin_registry().find(c.op)->invalid(c), "");
-  expect_impls_pass(*this, c, {"cublaslt", "dequant_cublaslt", "ours", "cutlass"},
+  std::vector<std::string> impls{"cublaslt", "dequant_cublaslt", "ours", "cutlass"};
+  if (shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM && shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM)
+    impls.push_back("ours_v2");  // the wgmma kernel
+  expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
@@ -479,7 +482,8 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
 
 // A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (one block per strip;
 // 4 strips a block and 2 splits; kMaxDecodeSplits splits, most of them on no K at all: every partial
-// slot of the last split's sum. Three launches each: the split plans' arrival counters reset
+// slot of the last split's sum) and the wgmma kernel (2 warpgroups, 2 splits of 2 chunks: stages cut
+// short; 3 tokens in its 16-token tile, 48 rows in its 128). Three launches each: the split plans' arrival counters reset
 // themselves) to x · ((code − zero) · scale)ᵀ
 // computed here in double: the importer feeds the kernel as the op does.
 TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
@@ -528,7 +532,8 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   args.k = k;
   args.format = w.format;
   for (const WeightOnlyDecodePlan plan :
-       {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}, WeightOnlyDecodePlan{1, kMaxDecodeSplits}}) {
+       {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}, WeightOnlyDecodePlan{1, kMaxDecodeSplits},
+        WeightOnlyDecodePlan{8, 2, 2}}) {
     DeviceBuffer workspace(std::max<size_t>(weight_only_decode_workspace_bytes(args, plan), 16), "partials");
     init_weight_only_decode_workspace(args, plan, workspace.get(), stream);
     // Three launches: the arrival counters must return to zero after each.

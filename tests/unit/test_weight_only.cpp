@@ -227,10 +227,22 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
             std::string::npos);
 }
 
-TEST(WeightOnlyPlan, DecodeUpTo64TokensThenTheCore) {
-  for (int64_t m : {1, 2, 4, 8, 16, 17, 32, 64}) EXPECT_EQ(choose_weight_only_path(m), WeightOnlyPath::decode) << m;
+// Up to 64 tokens the weights stream packed: the decode kernel up to 8 tokens and on small weights, the
+// wgmma kernel from 9 tokens on N·K >= 2^26 (70B O, 8192 × 8192, is the first); above 64, the core.
+TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
+  for (int64_t m : {1, 2, 4, 8}) {
+    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::decode) << m;
+  }
+  for (int64_t m : {9, 16, 17, 32, 64}) {
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 22016, 4096), WeightOnlyPath::wgmma) << m;
+  }
   for (int64_t m : {65, 128, 130, 256, 8192})
-    EXPECT_EQ(choose_weight_only_path(m), WeightOnlyPath::dequantize_then_core) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::dequantize_then_core) << m;
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
@@ -263,6 +275,38 @@ TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
   // A tiny K cannot be split: 4 chunks over 8 warps.
   EXPECT_EQ(plan_weight_only_decode(1, 4096, 256, kH100Resident).splits, 1);
   EXPECT_NE(kStripPerBlockPlan.describe().find("1 strips a block, 1 K splits"), std::string::npos);
+}
+
+// The wgmma kernel (M = 9..64): 2 warpgroups up to 16 tokens, 4 above; blocks of 4 strips a warpgroup, K
+// split where the rounds of blocks times (chunks a block + the block's overhead) fall.
+TEST(WeightOnlyPlan, WgmmaKernelSplitsKWhereThatPays) {
+  EXPECT_EQ(wgmma_warpgroups_for(9), 2);
+  EXPECT_EQ(wgmma_warpgroups_for(16), 2);
+  EXPECT_EQ(wgmma_warpgroups_for(17), 4);
+  EXPECT_EQ(wgmma_warpgroups_for(64), 4);
+  constexpr int kResident2 = 132 * 2, kResident4 = 132;  // blocks of 2 and 4 warpgroups per SM
+  // 7B O: 256 strips make 32 blocks of 8; K's 64 chunks take at most 4 splits, one round: 1 × (16 + 16).
+  const WeightOnlyDecodePlan o = plan_weight_only_wgmma(4096, 4096, 2, kResident2);
+  EXPECT_EQ(o.warpgroups, 2);
+  EXPECT_EQ(o.strips_per_block, 8);
+  EXPECT_EQ(o.splits, 4);
+  EXPECT_EQ(o.blocks(4096), 128);
+  // 70B gate+up: 448 blocks of 8 strips, 2 rounds × (128 + 16); 7 splits would fill the last wave to 99%
+  // but cost 12 rounds × (19 + 16).
+  EXPECT_EQ(plan_weight_only_wgmma(57344, 8192, 2, kResident2).splits, 1);
+  // 70B down: 64 blocks of 8 strips over 448 chunks: 4 splits, one round × (112 + 16).
+  EXPECT_EQ(plan_weight_only_wgmma(8192, 28672, 2, kResident2).splits, 4);
+  EXPECT_EQ(plan_weight_only_wgmma(8192, 28672, 4, kResident4).splits, 4);
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{40, 200}, {1000, 1032}, {12288, 4096}, {8192, 28672}})
+    for (int warpgroups : {2, 4}) {
+      SCOPED_TRACE(testing::Message() << n << "x" << k << ", " << warpgroups << " warpgroups");
+      const WeightOnlyDecodePlan p = plan_weight_only_wgmma(n, k, warpgroups, 132 * 4 / warpgroups);
+      EXPECT_EQ(p.strips_per_block, 4 * warpgroups);
+      EXPECT_GE(p.splits, 1);
+      EXPECT_LE(p.splits, kMaxDecodeSplits);
+      if (p.splits > 1) EXPECT_GE((k + 63) / 64 / p.splits, kMinWgmmaChunksPerSplit);
+    }
+  EXPECT_NE(o.describe().find("wgmma"), std::string::npos);
 }
 
 TEST(WeightOnlyPlan, RefusalsNameTheReason) {
