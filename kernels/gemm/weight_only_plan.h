@@ -16,10 +16,13 @@ constexpr int64_t kWeightOnlyDecodeMaxM = 64;
 // nothing and x's traffic is small.
 constexpr int64_t kWeightOnlyWgmmaMinM = 9;
 // The weights (N · K) from which the wgmma kernel leads the decode kernel at 9..64 tokens. H200, µs,
-// decode / wgmma (kernels/gemm/W4A16_NOTES.md): 4096 × 4096 at 16, 32, 64 tokens 12.8 / 16.6, 13.9 / 26.2,
-// 25.3 / 39.7 (its blocks are too few to fill the SMs without K splits); 22016 × 4096 36.0 / 36.8,
-// 57.2 / 52.2, 112.9 / 76.0; 57344 × 8192 145.0 / 132.9, 207.6 / 163.8, 467.7 / 249.6.
+// decode / wgmma (kernels/gemm/W4A16_NOTES.md): int4 4096 × 4096 at 16, 32, 64 tokens 12.8 / 16.6,
+// 13.9 / 26.2, 25.3 / 39.7 (its blocks are too few to fill the SMs without K splits); 22016 × 4096
+// 36.0 / 36.8, 57.2 / 52.2, 112.9 / 76.0; 57344 × 8192 145.0 / 132.9, 207.6 / 163.8, 467.7 / 249.6. int8
+// loses at 16 tokens (57344 × 8192: 189.9 / 291.2; 57344 × 4096: 105.3 / 150.5) and leads at 64
+// (57344 × 4096: 292.0 / 172.4); between, unmeasured, it keeps the decode kernel.
 constexpr int64_t kWeightOnlyWgmmaMinWeights = int64_t(1) << 26;
+constexpr int64_t kWeightOnlyWgmmaMinMInt8 = 33;
 
 enum class WeightOnlyPath {
   decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync, x read by every warp
@@ -27,9 +30,10 @@ enum class WeightOnlyPath {
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
-inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k) {
+inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
-  if (m >= kWeightOnlyWgmmaMinM && n * k >= kWeightOnlyWgmmaMinWeights) return WeightOnlyPath::wgmma;
+  const int64_t min_m = bits == 8 ? kWeightOnlyWgmmaMinMInt8 : kWeightOnlyWgmmaMinM;
+  if (m >= min_m && n * k >= kWeightOnlyWgmmaMinWeights) return WeightOnlyPath::wgmma;
   return WeightOnlyPath::decode;
 }
 

@@ -194,7 +194,7 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
 std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream, bool wgmma_in_range) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
-  WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k);
+  WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k, p.format.bits);
   if (wgmma_in_range && path == WeightOnlyPath::decode && p.shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM)
     path = WeightOnlyPath::wgmma;
   inst->extra = p.metrics();

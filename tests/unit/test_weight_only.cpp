@@ -228,21 +228,25 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
 }
 
 // Up to 64 tokens the weights stream packed: the decode kernel up to 8 tokens and on small weights, the
-// wgmma kernel from 9 tokens on N·K >= 2^26 (70B O, 8192 × 8192, is the first); above 64, the core.
+// wgmma kernel from 9 tokens (int8: 33) on N·K >= 2^26 (70B O, 8192 × 8192, is the first); above 64,
+// the core.
 TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
   for (int64_t m : {1, 2, 4, 8}) {
-    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 4), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4), WeightOnlyPath::decode) << m;
   }
   for (int64_t m : {9, 16, 17, 32, 64}) {
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 22016, 4096), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 4), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 22016, 4096, 4), WeightOnlyPath::wgmma) << m;
   }
+  for (int64_t m : {9, 16, 32}) EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 8), WeightOnlyPath::decode) << m;
+  for (int64_t m : {33, 64}) EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
   for (int64_t m : {65, 128, 130, 256, 8192})
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096), WeightOnlyPath::dequantize_then_core) << m;
+    for (int bits : {4, 8})
+      EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
