@@ -15,13 +15,19 @@ constexpr int64_t kWeightOnlyDecodeMaxM = 64;
 // From this many tokens the wgmma kernel can take a GEMM: up to 8, one n8 token tile of mma.sync wastes
 // nothing and x's traffic is small.
 constexpr int64_t kWeightOnlyWgmmaMinM = 9;
-// The weights (N · K) from which the wgmma kernel leads the decode kernel at 9..64 tokens. H200, µs,
-// decode / wgmma (kernels/gemm/W4A16_NOTES.md): int4 4096 × 4096 at 16, 32, 64 tokens 12.8 / 16.6,
-// 13.9 / 26.2, 25.3 / 39.7 (its blocks are too few to fill the SMs without K splits); 22016 × 4096
-// 36.0 / 36.8, 57.2 / 52.2, 112.9 / 76.0; 57344 × 8192 145.0 / 132.9, 207.6 / 163.8, 467.7 / 249.6. int8
-// loses at 16 tokens (57344 × 8192: 189.9 / 291.2; 57344 × 4096: 105.3 / 150.5) and leads at 64
-// (57344 × 4096: 292.0 / 172.4); between, unmeasured, it keeps the decode kernel.
-constexpr int64_t kWeightOnlyWgmmaMinWeights = int64_t(1) << 26;
+// Where the wgmma kernel leads the decode kernel: on weights (N · K) from a size that falls as the tokens
+// grow, since the decode kernel's x traffic grows with them and the wgmma kernel's blocks (8 or 16 strips
+// on one K range) need wide weights to fill the SMs without K splits. Measured on the H200 on the Llama-2
+// layers (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel"; µs decode / wgmma): at 16 tokens 57344 × 8192
+// 145.0 / 132.9, 8192 × 28672 94.4 / 67.8, 27648 × 5120 53.3 / 49.2, 22016 × 4096 36.4 / 36.7, 10240 × 8192
+// 36.1 / 37.7 (8192 × 8192 33.4 / 30.4: the one layer the rule misplaces); at 32 8192 × 8192 37.3 / 39.9,
+// 5120 × 13824 51.6 / 45.0; at 64 12288 × 4096 65.1 / 52.4, 4096 × 11008 51.7 / 57.5. int8 loses at 16 and
+// 32 tokens (57344 × 8192: 189.9 / 291.2, 247.6 / 298.9) and leads at 64 (503.0 / 325.5).
+inline int64_t wgmma_min_weights(int64_t m) {
+  if (m <= 16) return int64_t(1) << 27;
+  if (m <= 32) return (int64_t(1) << 26) + 1;
+  return int64_t(3) << 24;
+}
 constexpr int64_t kWeightOnlyWgmmaMinMInt8 = 33;
 
 enum class WeightOnlyPath {
@@ -33,7 +39,7 @@ enum class WeightOnlyPath {
 inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
   const int64_t min_m = bits == 8 ? kWeightOnlyWgmmaMinMInt8 : kWeightOnlyWgmmaMinM;
-  if (m >= min_m && n * k >= kWeightOnlyWgmmaMinWeights) return WeightOnlyPath::wgmma;
+  if (m >= min_m && n * k >= wgmma_min_weights(m)) return WeightOnlyPath::wgmma;
   return WeightOnlyPath::decode;
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,13 +191,14 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
 // splitting K (kStripPerBlockPlan: no workspace; K split across blocks by plan_weight_only_decode was
 // slower on every row measured on the H100), or from 9 tokens on large weights the wgmma kernel (its K
 // splits from plan_weight_only_wgmma); above, W dequantized to bf16 and the core's bf16 GEMM, timed
-// together (choose_weight_only_path). `wgmma_in_range` (ours_v2): the wgmma kernel at every M it takes.
-std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream, bool wgmma_in_range) {
+// together (choose_weight_only_path). `only` (the rungs ours_v2, ours_v3): that kernel wherever it runs,
+// the two sides of the choice on every row.
+std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream,
+                                       std::optional<WeightOnlyPath> only) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
   WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k, p.format.bits);
-  if (wgmma_in_range && path == WeightOnlyPath::decode && p.shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM)
-    path = WeightOnlyPath::wgmma;
+  if (only && path != WeightOnlyPath::dequantize_then_core) path = *only;
   inst->extra = p.metrics();
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
   inst->extra.push_back({"plan_wgmma", path == WeightOnlyPath::wgmma ? 1 : 0});
@@ -330,10 +332,14 @@ OpDef weight_only_op(const char* name, const char* summary) {
   auto prepare = [](std::unique_ptr<Instance> (*fn)(const WeightOnlyProblem&, cudaStream_t)) {
     return [fn](const Problem& p, const Case&, cudaStream_t s) { return fn(as_weight_only(p), s); };
   };
-  auto ours_rung = [](bool wgmma_in_range) {
-    return [wgmma_in_range](const Problem& p, const Case&, cudaStream_t s) {
-      return prepare_ours(as_weight_only(p), s, wgmma_in_range);
-    };
+  auto ours_rung = [](std::optional<WeightOnlyPath> only) {
+    return [only](const Problem& p, const Case&, cudaStream_t s) { return prepare_ours(as_weight_only(p), s, only); };
+  };
+  auto decode_range_unsupported = [](const Case& c) -> std::string {
+    const int64_t m = GemmShape(c).m;
+    if (m > kernels::gemm::kWeightOnlyDecodeMaxM)
+      return "m = " + std::to_string(m) + " is past the decode kernel's 64 (ours covers it)";
+    return "";
   };
   auto wgmma_range_unsupported = [](const Case& c) -> std::string {
     const int64_t m = GemmShape(c).m;
@@ -350,15 +356,17 @@ OpDef weight_only_op(const char* name, const char* summary) {
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
        "M <= 64: packed W streamed (ld.global.nc, a batch ahead), dequantized in registers, mma.sync m16n8k16 "
-       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; from 9 tokens on N*K >= 2^26 "
-       "the wgmma kernel (ours_v2); M > 64: dequantize then the sm90 core",
+       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; from 9 tokens on large weights "
+       "the wgmma kernel (ours_v3; choose_weight_only_path); M > 64: dequantize then the sm90 core",
        nullptr,
-       ours_rung(false), "weights"},
-      {"ours_v2", Role::ours,
-       "M = 9..64, every shape: the wgmma kernel, 2 or 4 warpgroups (8 or 16 strips) a block on one K range, "
-       "weights and x through a cp.async ring in shared memory (x into wgmma's B tile), the dequantized W as A "
-       "from registers",
-       wgmma_range_unsupported, ours_rung(true), "weights"},
+       ours_rung(std::nullopt), "weights"},
+      {"ours_v2", Role::ours, "M <= 64, every shape: the decode kernel alone (ours' choice below 9 tokens)",
+       decode_range_unsupported, ours_rung(WeightOnlyPath::decode), "weights"},
+      {"ours_v3", Role::ours,
+       "M = 9..64, every shape: the wgmma kernel alone, 2 or 4 warpgroups (8 or 16 strips) a block on one K "
+       "range, weights and x through a cp.async ring in shared memory (x into wgmma's B tile), the dequantized "
+       "W as A from registers",
+       wgmma_range_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
       {"cutlass", Role::peer,
        cutlass_peer_note("mixed-input GEMM, yT = W . xT: int4 / int8 W converted and scaled in registers "
                          "(symmetric only)"),

@@ -401,8 +401,9 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   const Case c = weight_only_case(shape, format);
   ASSERT_EQ(builtin_registry().find(c.op)->invalid(c), "");
   std::vector<std::string> impls{"cublaslt", "dequant_cublaslt", "ours", "cutlass"};
+  if (shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM) impls.push_back("ours_v2");  // the decode kernel
   if (shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM && shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM)
-    impls.push_back("ours_v2");  // the wgmma kernel
+    impls.push_back("ours_v3");  // the wgmma kernel
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }

@@ -228,25 +228,28 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
 }
 
 // Up to 64 tokens the weights stream packed: the decode kernel up to 8 tokens and on small weights, the
-// wgmma kernel from 9 tokens (int8: 33) on N·K >= 2^26 (70B O, 8192 × 8192, is the first); above 64,
-// the core.
+// wgmma kernel from 9 tokens (int8: 33) on weights from 2^27 (16 tokens), 2^26 + 1 (32), 3 · 2^24 (64);
+// above 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
 TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
-  for (int64_t m : {1, 2, 4, 8}) {
-    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 4), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4), WeightOnlyPath::decode) << m;
+  auto path = [](int64_t m, int64_t n, int64_t k, int bits = 4) { return choose_weight_only_path(m, n, k, bits); };
+  for (int64_t m : {1, 2, 4, 8}) EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::decode) << m;
+  for (int64_t m : {9, 16}) {
+    EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(path(m, 8192, 28672), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(path(m, 27648, 5120), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(path(m, 22016, 4096), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(path(m, 10240, 8192), WeightOnlyPath::decode) << m;
   }
-  for (int64_t m : {9, 16, 17, 32, 64}) {
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 4), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 22016, 4096, 4), WeightOnlyPath::wgmma) << m;
-  }
-  for (int64_t m : {9, 16, 32}) EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 8), WeightOnlyPath::decode) << m;
-  for (int64_t m : {33, 64}) EXPECT_EQ(choose_weight_only_path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
+  EXPECT_EQ(path(32, 8192, 8192), WeightOnlyPath::decode);
+  EXPECT_EQ(path(32, 5120, 13824), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(32, 12288, 4096), WeightOnlyPath::decode);
+  EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 4096, 11008), WeightOnlyPath::decode);
+  EXPECT_EQ(path(64, 4096, 4096), WeightOnlyPath::decode);
+  for (int64_t m : {9, 16, 32}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::decode) << m;
+  for (int64_t m : {33, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
   for (int64_t m : {65, 128, 130, 256, 8192})
-    for (int bits : {4, 8})
-      EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
+    for (int bits : {4, 8}) EXPECT_EQ(path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
