@@ -48,7 +48,8 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
       const size_t i = size_t(which);
       const g::WeightShape w = linear_shape(p.shape.model, which);
       const g::WeightOnlyGemmArgs a0 = p.weights.layers[0].quantized[i].args(nullptr, nullptr, rows_);
-      if (g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits) == g::WeightOnlyPath::wgmma) {
+      if (g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits, /*decode_splits_k=*/true) ==
+          g::WeightOnlyPath::wgmma) {
         const int warpgroups = g::wgmma_warpgroups_for(rows_);
         plans_[i] = g::plan_weight_only_wgmma(w.n, w.k, warpgroups,
                                               g::weight_only_decode_blocks_per_sm(a0, warpgroups) * sms);

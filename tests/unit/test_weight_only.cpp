@@ -250,6 +250,13 @@ TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
   for (int64_t m : {33, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
   for (int64_t m : {65, 128, 130, 256, 8192})
     for (int bits : {4, 8}) EXPECT_EQ(path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
+  // Against the decode kernel's split plans (the decode step): from 2^26 weights at any count from 9.
+  for (int64_t m : {9, 16, 32, 64}) {
+    EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4, true), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
+  }
+  EXPECT_EQ(choose_weight_only_path(8, 57344, 8192, 4, true), WeightOnlyPath::decode);
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
