@@ -5,6 +5,8 @@
 //   GemmBf16: bf16 × bf16 → fp32, k16 (32 bytes of a 128-byte row per step): kernels/sm90's wgmma_ss
 //   GemmE4m3: e4m3 × e4m3 → fp32, k32 (32 bytes per step)
 //   GemmS8:   s8 × s8 → s32, k32 (32 bytes per step)
+//   wgmma_rs_kmajor: bf16 A from registers, B K-major from shared memory (the weight-only GEMMs'
+//                    wgmma kernel: dequantized weights times staged activations), n16/32/64
 // `accumulate` = 0 overwrites d instead of adding to it.
 #pragma once
 #include <cstdint>
