@@ -1,0 +1,280 @@
+// The weight-only GEMM kernels' shared device pieces (weight_only_gemm.cu's decode kernel, weight_only_wgmma.cu's
+// wgmma kernel): their parameters, the scale groups' loads, the packed words' dequantization into mma A
+// fragments, the chunks' loads, and the block's final sums (split partials included).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/gemm/weight_only_gemm.h"
+#include "kernels/gemm/weight_only_layout.h"
+#include "kernels/gemm/weight_only_plan.h"
+#include "kernels/sm90/pdl.h"
+
+namespace topt::kernels::gemm::weight_only {
+
+struct DecodeParams {
+  const __nv_bfloat16* x;
+  const uint4* packed;
+  const __nv_bfloat16* scales;
+  const uint8_t* zeros;
+  __nv_bfloat16* out;
+  float* partials;  // splits > 1: fp32 [splits, M, N]
+  int* arrivals;    // splits > 1: splits finished per block column (blockIdx.x), zero between launches
+  int64_t m, n, k, chunks;
+  int full_chunks;                // chunks wholly inside K: x is read there without bounds checks
+  UnsignedDivider chunk_to_group;  // chunk → its scale group (chunks per group)
+  int strips_per_block, splits;
+};
+
+inline DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePlan& plan = kStripPerBlockPlan,
+                           void* workspace = nullptr) {
+  const WeightShape shape{a.n, a.k};
+  const int64_t chunks = shape.chunks();
+  DecodeParams p;
+  p.x = static_cast<const __nv_bfloat16*>(a.x);
+  p.packed = static_cast<const uint4*>(a.packed);
+  p.scales = static_cast<const __nv_bfloat16*>(a.scales);
+  p.zeros = a.zeros;
+  p.out = static_cast<__nv_bfloat16*>(a.out);
+  p.partials = static_cast<float*>(workspace);
+  p.arrivals = reinterpret_cast<int*>(p.partials + (plan.splits > 1 ? plan.splits * a.m * a.n : 0));
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.chunks = chunks;
+  p.full_chunks = int(a.k / kChunkK);
+  p.chunk_to_group = UnsignedDivider(uint32_t(a.format.group >= a.k ? chunks : a.format.group / kChunkK));
+  p.strips_per_block = plan.strips_per_block;
+  p.splits = plan.splits;
+  return p;
+}
+
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ __nv_bfloat162 bf16x2_of(uint32_t u) { return *reinterpret_cast<__nv_bfloat162*>(&u); }
+
+// Read once, never reused by this SM: not kept in L1.
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// A lane's two rows (g and g + 8) of one scale group as loaded: the bf16 scales and the bf16 values
+// 128 + zero (the int4 conversion's bias), row g in the low half, g + 8 in the high one.
+struct PackedRowGroupParams {
+  uint32_t scales = 0;
+  uint32_t biased_zeros = kSymmetricBiasedZeros;
+  static constexpr uint32_t kSymmetricBiasedZeros = 0x43084308u;  // bf16 136 = 128 + 8, twice
+};
+
+// The rows a lane reads the scale group parameters of: g and g + 8, rows past N (the last strip's)
+// taking row N − 1's (their sums are never stored).
+struct LaneParamRows {
+  uint32_t row[2];
+  __device__ LaneParamRows(const DecodeParams& p, int64_t row0)
+      : row{uint32_t(min(row0, p.n - 1)), uint32_t(min(row0 + 8, p.n - 1))} {}
+};
+
+// Offsets in 32 bits: n · groups < 2^31 (weight_only_unsupported).
+__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, uint32_t group,
+                                                                      const LaneParamRows& rows, bool zeros) {
+  PackedRowGroupParams packed;
+  packed.biased_zeros = 0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t at = group * uint32_t(p.n) + rows.row[r];
+    const uint32_t scale = __ldg(reinterpret_cast<const unsigned short*>(p.scales) + at);
+    const uint32_t zero = zeros ? __ldg(p.zeros + at) : 8u;
+    packed.scales |= scale << (16 * r);
+    packed.biased_zeros |= (0x4300u + zero) << (16 * r);  // bf16 128 + zero exactly: 128 has 7 mantissa bits
+  }
+  return packed;
+}
+
+// The same, each row's value in both halves (a register's two elements share a row).
+struct RowGroupParams {
+  __nv_bfloat162 scale[2];
+  __nv_bfloat162 biased_zero[2];
+};
+
+__device__ __forceinline__ RowGroupParams expand(const PackedRowGroupParams& packed) {
+  RowGroupParams rp;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t selector = r ? 0x3232u : 0x1010u;
+    rp.scale[r] = bf16x2_of(__byte_perm(packed.scales, 0u, selector));
+    rp.biased_zero[r] = bf16x2_of(__byte_perm(packed.biased_zeros, 0u, selector));
+  }
+  return rp;
+}
+
+__device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, uint32_t group, int64_t row0) {
+  return expand(load_row_group_params(p, group, LaneParamRows(p, row0), p.zeros != nullptr));
+}
+
+// (a & mask) | bits in one LOP3 (the compiler makes two of it: a LOP3 takes one immediate).
+__device__ __forceinline__ uint32_t mask_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // 0xea: (a & b) | c
+  return r;
+}
+
+// A tile's A fragment from its int4 word, unscaled: register i holds nibbles i and i + 4
+// (weight_only_layout.h); OR-ing them into 0x4300 (bf16 128.0, 7 mantissa bits) gives 128 + code
+// exactly, minus 128 + zero is code − zero exactly. Per 8 weights: 3 SHF, 4 LOP3, 4 HADD2.
+__device__ __forceinline__ void int4_code_fragment(uint32_t word, const RowGroupParams& rp, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t biased = mask_or(word >> (4 * i), 0x000F000Fu, 0x43004300u);
+    a[i] = bits_of(__hsub2(bf16x2_of(biased), rp.biased_zero[i & 1]));  // registers 1 and 3 hold row g + 8
+  }
+}
+
+// The same times the scale: each weight's one rounding (4 HMUL2 more per 8 weights).
+__device__ __forceinline__ void int4_fragment(uint32_t word, const RowGroupParams& rp, uint32_t (&a)[4]) {
+  int4_code_fragment(word, rp, a);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = bits_of(__hmul2(bf16x2_of(a[i]), rp.scale[i & 1]));
+}
+
+// Byte `index` of `word` (code + 128) as an fp32 code: the byte placed in the mantissa of 2^23.
+__device__ __forceinline__ float int8_code(uint32_t word, int index) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7540u + index)) - 8388736.f;  // 2^23 + 128
+}
+
+// A tile's A fragment from its two int8 words (elements 0-3, 4-7), unscaled: the codes are exact in
+// bf16, the per-channel scale comes after the sum (decode) or after this (dequantize).
+__device__ __forceinline__ void int8_fragment(uint32_t lo, uint32_t hi, uint32_t (&a)[4]) {
+  a[0] = bits_of(__floats2bfloat162_rn(int8_code(lo, 0), int8_code(lo, 1)));
+  a[1] = bits_of(__floats2bfloat162_rn(int8_code(lo, 2), int8_code(lo, 3)));
+  a[2] = bits_of(__floats2bfloat162_rn(int8_code(hi, 0), int8_code(hi, 1)));
+  a[3] = bits_of(__floats2bfloat162_rn(int8_code(hi, 2), int8_code(hi, 3)));
+}
+
+// The lane's shares of chunks c0 .. c0 + kChunks − 1 that lie before c_end, from `lane_packed` (its strip's
+// first 16 bytes of chunk 0); the others are left as they are: no chunk past c_end is computed.
+template <int kChunks, int kLaneVecs>
+__device__ __forceinline__ void load_chunks(const uint4* lane_packed, int c0, int c_end,
+                                            uint4 (&wv)[kChunks][kLaneVecs]) {
+#pragma unroll
+  for (int u = 0; u < kChunks; ++u)
+#pragma unroll
+    for (int v = 0; v < kLaneVecs; ++v)
+      if (c0 + u < c_end) wv[u][v] = load_streaming(lane_packed + (c0 + u) * 32 * kLaneVecs + v);
+}
+
+// int4: the scale group params of chunks c0 .. c0 + kChunks − 1, loaded with their weights (loaded where
+// the group changes, they stalled the warp for an L2 round trip every group). The lanes of a row pair
+// (t = 0..3) each load those of one chunk (t < kChunks); chunk_group_params shuffles chunk u's from lane
+// t = u.
+template <int kChunks>
+__device__ __forceinline__ PackedRowGroupParams load_chunks_group_params(const DecodeParams& p,
+                                                                         const LaneParamRows& rows, int c0,
+                                                                         int c_end, int t, bool zeros) {
+  static_assert(kChunks <= 4, "one chunk's scale group params per lane of a row pair");
+  const int c = max(min(c0 + min(t, kChunks - 1), c_end - 1), 0);  // past the range: one that exists (unused)
+  return load_row_group_params(p, p.chunk_to_group.divide(uint32_t(c)), rows, zeros);
+}
+
+template <bool kZeros>
+__device__ __forceinline__ PackedRowGroupParams chunk_group_params(const PackedRowGroupParams& loaded, int u,
+                                                                   int lane) {
+  const int source = (lane & ~3) | u;
+  PackedRowGroupParams chunk;
+  chunk.scales = __shfl_sync(0xffffffffu, loaded.scales, source);
+  if constexpr (kZeros) chunk.biased_zeros = __shfl_sync(0xffffffffu, loaded.biased_zeros, source);
+  return chunk;
+}
+
+// The block's sums: each warp's accumulators (acc[mt][i]: row g + 8·(i >> 1) of its strip, token
+// 8·mt + 2t + (i & 1)) meet in `partial` [warps][kMTiles · 8][kStripN + 1] (shared), summed over the
+// `slices` warps of each of the block's strips (warp w: strip w % strips_per_block). One split writes y
+// (int8: times the channel's scale, in fp32); several write fp32 partials that the last of them to
+// finish sums (no second launch); it resets the arrival counter, which no other split of this launch
+// reads again, for the next launch.
+template <int kBits, int kMTiles, int kOutputsInFlight>
+__device__ __forceinline__ void finish_strips(const DecodeParams& p, const float (&acc)[kMTiles][4],
+                                              float (*partial)[kMTiles * 8][kStripN + 1], int strips_per_block,
+                                              int slices) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
+  __syncthreads();
+  constexpr int kStripOutputs = kMTiles * 8 * kStripN;  // (token, row) of one strip
+  auto store = [&](int token, int64_t col, float sum) {
+    if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[col]);
+    p.out[token * p.n + col] = __float2bfloat16_rn(sum);
+  };
+  for (int i = threadIdx.x; i < strips_per_block * kStripOutputs; i += blockDim.x) {
+    const int local_strip = i / kStripOutputs, token = i % kStripOutputs / kStripN, r = i % kStripN;
+    const int64_t col = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
+    if (token >= p.m || col >= p.n) continue;
+    float sum = 0.f;
+    for (int s = 0; s < slices; ++s) sum += partial[s * strips_per_block + local_strip][token][r];
+    if (p.splits > 1) p.partials[(int64_t(blockIdx.y) * p.m + token) * p.n + col] = sum;
+    else store(token, col, sum);
+  }
+  if (p.splits == 1) return;
+
+  __shared__ bool is_last;
+  __threadfence();  // this block's partials visible to the GPU before its arrival counts
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(&p.arrivals[blockIdx.x], 1) == p.splits - 1;
+    if (is_last) p.arrivals[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // A thread's outputs in groups of kOutputsInFlight, each split's loads of a group issued before their
+  // adds: `splits` L2 round trips per group, not per output (the wgmma kernel, 8 outputs a thread at 16
+  // tokens, spent ~15% of its stall samples here loading one output's splits at a time; the decode
+  // kernel's 80 registers hold 4).
+  const int outputs = strips_per_block * kStripOutputs;
+  for (int i0 = threadIdx.x; i0 < outputs; i0 += kOutputsInFlight * blockDim.x) {
+    int token[kOutputsInFlight];
+    int64_t col[kOutputsInFlight];
+    bool stored[kOutputsInFlight];
+    float sum[kOutputsInFlight];
+#pragma unroll
+    for (int j = 0; j < kOutputsInFlight; ++j) {
+      const int i = i0 + j * blockDim.x, local_strip = i / kStripOutputs, r = i % kStripN;
+      token[j] = i % kStripOutputs / kStripN;
+      col[j] = (int64_t(blockIdx.x) * strips_per_block + local_strip) * kStripN + r;
+      stored[j] = i < outputs && token[j] < p.m && col[j] < p.n;
+      sum[j] = 0.f;
+    }
+    for (int s = 0; s < p.splits; ++s) {
+      float split_sums[kOutputsInFlight];
+#pragma unroll
+      for (int j = 0; j < kOutputsInFlight; ++j)
+        split_sums[j] = stored[j] ? __ldcg(p.partials + (int64_t(s) * p.m + token[j]) * p.n + col[j]) : 0.f;  // L2
+#pragma unroll
+      for (int j = 0; j < kOutputsInFlight; ++j) sum[j] += split_sums[j];
+    }
+#pragma unroll
+    for (int j = 0; j < kOutputsInFlight; ++j)
+      if (stored[j]) store(token[j], col[j], sum[j]);
+  }
+}
+
+using DecodeKernel = void (*)(DecodeParams, PdlLaunch);
+
+// A launch of the decode kernel or the wgmma kernel: the kernel, its block and its dynamic shared memory.
+struct DecodeLaunch {
+  DecodeKernel kernel;
+  int threads;
+  size_t smem;
+};
+
+// The wgmma kernel for args' bits, zero points and token count (9..64), its shared memory allowed
+// (weight_only_wgmma.cu).
+DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
+
+}  // namespace topt::kernels::gemm::weight_only
