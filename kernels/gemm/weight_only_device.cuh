@@ -170,14 +170,18 @@ __device__ __forceinline__ void load_chunks(const uint4* lane_packed, int c0, in
 // int4: the scale group params of chunks c0 .. c0 + kChunks − 1, loaded with their weights (loaded where
 // the group changes, they stalled the warp for an L2 round trip every group). The lanes of a row pair
 // (t = 0..3) each load those of one chunk (t < kChunks); chunk_group_params shuffles chunk u's from lane
-// t = u.
-template <int kChunks>
+// t = u. int8 has none (its per-channel scale multiplies the sums): nothing is loaded.
+template <int kBits, int kChunks, bool kZeros>
 __device__ __forceinline__ PackedRowGroupParams load_chunks_group_params(const DecodeParams& p,
                                                                          const LaneParamRows& rows, int c0,
-                                                                         int c_end, int t, bool zeros) {
-  static_assert(kChunks <= 4, "one chunk's scale group params per lane of a row pair");
-  const int c = max(min(c0 + min(t, kChunks - 1), c_end - 1), 0);  // past the range: one that exists (unused)
-  return load_row_group_params(p, p.chunk_to_group.divide(uint32_t(c)), rows, zeros);
+                                                                         int c_end, int t) {
+  if constexpr (kBits != 4) {
+    return {};
+  } else {
+    static_assert(kChunks <= 4, "one chunk's scale group params per lane of a row pair");
+    const int c = max(min(c0 + min(t, kChunks - 1), c_end - 1), 0);  // past the range: one that exists (unused)
+    return load_row_group_params(p, p.chunk_to_group.divide(uint32_t(c)), rows, kZeros);
+  }
 }
 
 template <bool kZeros>

@@ -96,13 +96,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
   auto k_lo_of = [&](int c) { return c * kChunkK + LaneK::kLaneK * t; };
   constexpr int kHalfOffset = LaneK::kHalfOffset;
 
+  // A batch's weights, and (int4) its scale group params, a batch ahead.
   auto load_batch = [&](int c0, uint4 (&wv)[kUnroll][kLaneVecs]) { load_chunks(strip_packed, c0, c_end, wv); };
-  // int4: a batch's scale group params load with its weights, a batch ahead.
   const LaneParamRows param_rows(p, row0);
   auto load_group_params = [&](int c0) {
-    PackedRowGroupParams packed;
-    if constexpr (kBits == 4) packed = load_chunks_group_params<kUnroll>(p, param_rows, c0, c_end, t, kZeros);
-    return packed;
+    return load_chunks_group_params<kBits, kUnroll, kZeros>(p, param_rows, c0, c_end, t);
   };
 
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)

@@ -127,7 +127,7 @@ inline WeightOnlyDecodePlan plan_weight_only_decode(int64_t m, int64_t n, int64_
 constexpr int kMinWgmmaChunksPerSplit = 16;
 constexpr int kWgmmaBlockOverheadChunks = 16;
 
-inline int wgmma_warpgroups_for(int64_t m) { return m <= 16 ? 2 : 4; }
+constexpr int wgmma_warpgroups_for(int64_t m) { return m <= 16 ? 2 : 4; }
 
 inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int warpgroups, int resident_blocks) {
   const int64_t chunks = (k + 63) / 64, resident = resident_blocks < 1 ? 1 : resident_blocks;

@@ -18,12 +18,11 @@ namespace {
 // The wgmma kernel's shape for a token tile kN (16, 32, 64: M rounded up) and weight bits. A block is
 // kWarpgroups warpgroups; a stage is kStageChunks chunks of K: the block's weights for them (each lane's
 // 16-byte pieces, as the packed layout holds them) and x's (a 128-byte row of 64 k per token and chunk),
-// in a ring of kDepth + 1 stages of shared memory, kDepth of them in flight: 96-128 KB of weights per SM
-// (the decode kernel keeps 72 KB in registers), except int4 at 64 tokens (64 KB: its MMAs, not the read,
-// set its time there).
+// in a ring of kDepth + 1 stages of shared memory (at most 7), kDepth of them in flight: 96-128 KB of weights
+// per SM (the decode kernel keeps 72 KB in registers).
 template <int kBits, int kN>
 struct WgmmaShape {
-  static constexpr int kWarpgroups = kN <= 16 ? 2 : 4;  // wgmma_warpgroups_for (weight_only_plan.h)
+  static constexpr int kWarpgroups = wgmma_warpgroups_for(kN);
   static constexpr int kWarps = 4 * kWarpgroups;
   static constexpr int kBlocksPerSm = kWarpgroups == 2 ? (kBits == 4 ? 3 : 2) : 1;
   static constexpr int kStageChunks = kBits == 4 && kN <= 32 ? 4 : 2;
@@ -67,7 +66,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
   constexpr int kMTiles = kN / 8;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  auto x_buffer = [&](int s) { return smem_addr(smem) + uint32_t(s % (kDepth + 1) * C::kStageBytes); };
+  auto stage_buffer = [&](int s) { return smem_addr(smem) + uint32_t(s % (kDepth + 1) * C::kStageBytes); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t strip = int64_t(blockIdx.x) * C::kWarps + warp;
@@ -84,10 +83,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
   const LaneParamRows param_rows(p, strip * kStripN + g);
   auto stage_begin = [&](int s) { return c_begin + s * kStageChunks; };
   auto load_stage_params = [&](int s) {
-    PackedRowGroupParams packed;
-    if constexpr (kBits == 4)
-      packed = load_chunks_group_params<kStageChunks>(p, param_rows, stage_begin(s), c_end, t, kZeros);
-    return packed;
+    return load_chunks_group_params<kBits, kStageChunks, kZeros>(p, param_rows, stage_begin(s), c_end, t);
   };
 
   // The lane's weights of stage s into the stage's buffer.
@@ -97,7 +93,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
 #pragma unroll
       for (int v = 0; v < kLaneVecs; ++v)
         if (stage_begin(s) + u < c_end)
-          cp_async_16(x_buffer(s) + w_offset(u, v), strip_packed + (stage_begin(s) + u) * 32 * kLaneVecs + v);
+          cp_async_16(stage_buffer(s) + w_offset(u, v), strip_packed + (stage_begin(s) + u) * 32 * kLaneVecs + v);
   };
   // x: warp w copies tokens w, w + kWarps, … of each chunk of a stage, a coalesced 128-byte row each:
   // lane L copies physical k 2L and 2L + 1 of the chunk, i.e. of lane t = L / 8's run [16t, 16t + 16) the
@@ -116,7 +112,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
   }
   const int k32 = int(p.k);
   auto copy_x = [&](int s) {
-    const uint32_t buffer = x_buffer(s);
+    const uint32_t buffer = stage_buffer(s);
 #pragma unroll
     for (int u = 0; u < kStageChunks; ++u) {
       const int k0 = (stage_begin(s) + u) * kChunkK;  // a chunk past c_end: copied, never computed
@@ -142,7 +138,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
       uint32_t words[kLaneVecs * 4];
 #pragma unroll
       for (int v = 0; v < kLaneVecs; ++v) {
-        const uint32_t at = x_buffer(s) + w_offset(u, v);
+        const uint32_t at = stage_buffer(s) + w_offset(u, v);
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(words[4 * v]), "=r"(words[4 * v + 1]), "=r"(words[4 * v + 2]), "=r"(words[4 * v + 3])
                      : "r"(at));
@@ -157,7 +153,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
 #pragma unroll
       for (int j = 0; j < 4; ++j) fence_regs(a[j]);  // defined before the MMAs start, not among them
       wgmma_fence();
-      const uint64_t desc = sw128_desc(x_buffer(s) + u * C::kXChunkBytes, 0, 1024);
+      const uint64_t desc = sw128_desc(stage_buffer(s) + u * C::kXChunkBytes, 0, 1024);
 #pragma unroll
       for (int j = 0; j < 4; ++j) wgmma_rs_kmajor<kN>(d, a[j], desc_advance(desc, 32 * j), 1);
       wgmma_commit();
