@@ -63,12 +63,14 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
   return v;
 }
 
-// A lane's two rows (g and g + 8) of one scale group as loaded: the bf16 scales and the bf16 values
-// 128 + zero (the int4 conversion's bias), row g in the low half, g + 8 in the high one.
-struct PackedRowGroupParams {
-  uint32_t scales = 0;
-  uint32_t biased_zeros = kSymmetricBiasedZeros;
-  static constexpr uint32_t kSymmetricBiasedZeros = 0x43084308u;  // bf16 136 = 128 + 8, twice
+// A lane's two rows (g and g + 8) of one scale group as loaded: each row's bf16 scale bits and its zero code
+// in a register of its own, combined only where a chunk uses them. (Packed into one word as they arrived,
+// the packing was the loads' first use, and the warp waited there a whole memory latency: 27% of the decode
+// kernel's stall samples at 70B gate+up, one token.)
+struct LoadedRowGroupParams {
+  uint32_t scale[2] = {};
+  uint32_t zero[2] = {kSymmetricZero, kSymmetricZero};
+  static constexpr uint32_t kSymmetricZero = 8;
 };
 
 // The rows a lane reads the scale group parameters of: g and g + 8, rows past N (the last strip's)
@@ -80,36 +82,38 @@ struct LaneParamRows {
 };
 
 // Offsets in 32 bits: n · groups < 2^31 (weight_only_unsupported).
-__device__ __forceinline__ PackedRowGroupParams load_row_group_params(const DecodeParams& p, uint32_t group,
+__device__ __forceinline__ LoadedRowGroupParams load_row_group_params(const DecodeParams& p, uint32_t group,
                                                                       const LaneParamRows& rows, bool zeros) {
-  PackedRowGroupParams packed;
-  packed.biased_zeros = 0;
+  LoadedRowGroupParams loaded;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const uint32_t at = group * uint32_t(p.n) + rows.row[r];
-    const uint32_t scale = __ldg(reinterpret_cast<const unsigned short*>(p.scales) + at);
-    const uint32_t zero = zeros ? __ldg(p.zeros + at) : 8u;
-    packed.scales |= scale << (16 * r);
-    packed.biased_zeros |= (0x4300u + zero) << (16 * r);  // bf16 128 + zero exactly: 128 has 7 mantissa bits
+    loaded.scale[r] = __ldg(reinterpret_cast<const unsigned short*>(p.scales) + at);
+    if (zeros) loaded.zero[r] = __ldg(p.zeros + at);
   }
-  return packed;
+  return loaded;
 }
 
-// The same, each row's value in both halves (a register's two elements share a row).
+// The same as bf16 pairs, each row's value in both halves (a register's two elements share a row): the
+// scale, and 128 + zero (the int4 conversion's bias; exact: 128 has 7 mantissa bits).
 struct RowGroupParams {
   __nv_bfloat162 scale[2];
   __nv_bfloat162 biased_zero[2];
 };
 
-__device__ __forceinline__ RowGroupParams expand(const PackedRowGroupParams& packed) {
+__device__ __forceinline__ RowGroupParams expand(const LoadedRowGroupParams& loaded) {
   RowGroupParams rp;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint32_t selector = r ? 0x3232u : 0x1010u;
-    rp.scale[r] = bf16x2_of(__byte_perm(packed.scales, 0u, selector));
-    rp.biased_zero[r] = bf16x2_of(__byte_perm(packed.biased_zeros, 0u, selector));
+    rp.scale[r] = bf16x2_of(__byte_perm(loaded.scale[r], 0u, 0x1010u));
+    rp.biased_zero[r] = bf16x2_of((0x4300u + loaded.zero[r]) * 0x00010001u);
   }
   return rp;
+}
+
+// Row r's scale as fp32 (a bf16 is the high half of its fp32).
+__device__ __forceinline__ float row_scale(const LoadedRowGroupParams& loaded, int r) {
+  return __uint_as_float(loaded.scale[r] << 16);
 }
 
 __device__ __forceinline__ RowGroupParams row_group_params(const DecodeParams& p, uint32_t group, int64_t row0) {
@@ -172,7 +176,7 @@ __device__ __forceinline__ void load_chunks(const uint4* lane_packed, int c0, in
 // (t = 0..3) each load those of one chunk (t < kChunks); chunk_group_params shuffles chunk u's from lane
 // t = u. int8 has none (its per-channel scale multiplies the sums): nothing is loaded.
 template <int kBits, int kChunks, bool kZeros>
-__device__ __forceinline__ PackedRowGroupParams load_chunks_group_params(const DecodeParams& p,
+__device__ __forceinline__ LoadedRowGroupParams load_chunks_group_params(const DecodeParams& p,
                                                                          const LaneParamRows& rows, int c0,
                                                                          int c_end, int t) {
   if constexpr (kBits != 4) {
@@ -185,12 +189,15 @@ __device__ __forceinline__ PackedRowGroupParams load_chunks_group_params(const D
 }
 
 template <bool kZeros>
-__device__ __forceinline__ PackedRowGroupParams chunk_group_params(const PackedRowGroupParams& loaded, int u,
+__device__ __forceinline__ LoadedRowGroupParams chunk_group_params(const LoadedRowGroupParams& loaded, int u,
                                                                    int lane) {
   const int source = (lane & ~3) | u;
-  PackedRowGroupParams chunk;
-  chunk.scales = __shfl_sync(0xffffffffu, loaded.scales, source);
-  if constexpr (kZeros) chunk.biased_zeros = __shfl_sync(0xffffffffu, loaded.biased_zeros, source);
+  LoadedRowGroupParams chunk;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    chunk.scale[r] = __shfl_sync(0xffffffffu, loaded.scale[r], source);
+    if constexpr (kZeros) chunk.zero[r] = __shfl_sync(0xffffffffu, loaded.zero[r], source);
+  }
   return chunk;
 }
 

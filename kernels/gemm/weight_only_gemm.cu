@@ -21,12 +21,13 @@ namespace {
 
 using namespace weight_only;
 
-// Bytes of weights a lane loads as one batch: 3 int4 chunks, 2 int8 ones. The next
-// batch is loaded while this one is computed: up to 2 batches in flight a warp (int4: 3 KB, 72 KB an SM
-// at 3 blocks, against the ~20 KB that Little's law asks at 3.35 TB/s). int4 takes 3, not 4: with 4 the
-// kernel needs ~114 registers (the compiler overlaps the chunks of a batch) and loses its third block
-// per SM or spills.
-__host__ __device__ constexpr int lane_prefetch_bytes(int bits) { return bits == 4 ? 48 : 64; }
+// Bytes of weights a lane loads as one batch: int4 4 chunks at one token tile, else 3; int8 2 chunks. The
+// next batch is loaded while this one is computed: up to 2 batches in flight a warp (int4 at one tile:
+// 4 KB, 96 KB an SM at 3 blocks, as int8, which reads 70B gate+up at ~90% of the read rate; 3 chunks, 72 KB,
+// read it at ~66% on the H200). Above one tile 4 chunks spill at 80 registers: those keep 3.
+__host__ __device__ constexpr int lane_prefetch_bytes(int bits, int m_tiles) {
+  return bits == 4 && m_tiles > 1 ? 48 : 64;
+}
 
 // D += A · B, m16n8k16, bf16 operands, fp32 accumulators.
 __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -66,16 +67,19 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_
 // ~112 unbounded; held to 80 they spill a few words, read once per two batches, from L1).
 //
 // Instructions per chunk (a lane's 32 weights) are what limit int4 (ncu, session 13, 70B gate+up M = 1:
-// issue slots 65% busy, the ALU pipe 72%, DRAM 55%, with 162 a chunk in the loop; W4A16_NOTES.md). So: the batches alternate between two register sets (no copies),
-// chunk indices are 32-bit, loads past the warp's range are skipped rather than zero-filled (their
-// chunks are never computed), x is bounds-checked only in the chunk where K ends, and the scale group is
-// a multiply-shift, not a division.
+// issue slots 65% busy, the ALU pipe 72%, DRAM 55%, with 162 a chunk in the loop; W4A16_NOTES.md). So: the
+// batches alternate between two register sets (no copies), chunk and x indices are 32-bit (a 64-bit x
+// pointer a token tile was recomputed every chunk at 80 registers), loads past the warp's range are skipped
+// rather than zero-filled (their chunks are never computed), x is bounds-checked only where K ends in a
+// chunk's middle (kTailK), and the scale group is a multiply-shift, not a division.
 // kZeros: int4 with zero points (args.zeros); without, the zero is 8 and nothing about it is loaded.
-template <int kBits, int kMTiles, bool kZeros = false>
+// kTailK: K is not a multiple of a chunk's 64, and the chunk it ends in reads x bounds-checked (a branch in
+// every chunk, and its registers: Llama's layers do without).
+template <int kBits, int kMTiles, bool kZeros, bool kTailK>
 __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
     weight_only_decode_kernel(const DecodeParams p, PdlLaunch pdl) {
   constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16;  // 16-byte loads per lane per chunk
-  constexpr int kUnroll = lane_prefetch_bytes(kBits) / lane_chunk_bytes(kBits);
+  constexpr int kUnroll = lane_prefetch_bytes(kBits, kMTiles) / lane_chunk_bytes(kBits);
   static_assert(kLaneVecs >= 1 && kUnroll >= 1, "a chunk's lane share is whole 16-byte loads");
   // int4 at one token tile: a chunk's products sum in fp32 over the exact codes − zero and take the rows'
   // scales once (4 FFMA instead of 16 HMUL2 on the weights, and no rounding of the weights). At two tiles
@@ -107,14 +111,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
 
   // x at the lane's first k of chunk 0, per token tile. A token past M reads token M − 1's row: B's
   // column n reaches only y's column n, which is not stored past M, so no predicate and no zeros.
-  const __nv_bfloat16* x_lane[kMTiles];
+  uint32_t x_lane[kMTiles];
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) x_lane[mt] = p.x + min(int64_t(8 * mt + g), p.m - 1) * p.k + k_lo_of(0);
+  for (int mt = 0; mt < kMTiles; ++mt) x_lane[mt] = uint32_t(min(int64_t(8 * mt + g), p.m - 1) * p.k + k_lo_of(0));
 
   // Chunk c (the u-th of its batch): x, the four tiles' fragments, kMTiles mma.sync each.
-  auto compute_chunk = [&](int c, int u, const uint4 (&wv)[kLaneVecs], const PackedRowGroupParams& batch_params) {
+  auto compute_chunk = [&](int c, int u, const uint4 (&wv)[kLaneVecs], const LoadedRowGroupParams& batch_params) {
     RowGroupParams rp{};
-    PackedRowGroupParams chunk_params;
+    LoadedRowGroupParams chunk_params;
     if constexpr (kBits == 4) {
       chunk_params = chunk_group_params<kZeros>(batch_params, u, lane);
       rp = expand(chunk_params);
@@ -122,12 +126,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
     uint32_t xb[kMTiles][8];
     // A uniform branch: the bounds-checked loads only in the chunk that K ends in. (Peeling that chunk
     // out of the loop, or checking every chunk, measured worse in registers or instructions.)
-    if (c < p.full_chunks) {
+    auto x_at = [&](int mt) { return p.x + (x_lane[mt] + uint32_t(c) * kChunkK); };
+    if (!kTailK || c < p.full_chunks) {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, false>(x_lane[mt] + c * kChunkK, k_lo_of(c), p.k, xb[mt]);
+      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, false>(x_at(mt), k_lo_of(c), p.k, xb[mt]);
     } else {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, true>(x_lane[mt] + c * kChunkK, k_lo_of(c), p.k, xb[mt]);
+      for (int mt = 0; mt < kMTiles; ++mt) load_x<kHalfOffset, true>(x_at(mt), k_lo_of(c), p.k, xb[mt]);
     }
     float chunk_sums[kMTiles][4] = {};  // kScaleSums: this chunk's unscaled products
     const uint32_t* words = reinterpret_cast<const uint32_t*>(wv);
@@ -148,16 +153,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
     if constexpr (kScaleSums) {
       // The scales as fp32 (a bf16 is the high half of its fp32): row g's is the low half of the pair,
       // g + 8's the high one. Accumulators 0, 1 are row g, 2, 3 row g + 8.
-      const float row_scale[2] = {__uint_as_float(chunk_params.scales << 16),
-                                  __uint_as_float(chunk_params.scales & 0xffff0000u)};
+      const float scale[2] = {row_scale(chunk_params, 0), row_scale(chunk_params, 1)};
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(chunk_sums[mt][i], row_scale[i >> 1], acc[mt][i]);
+        for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(chunk_sums[mt][i], scale[i >> 1], acc[mt][i]);
     }
   };
 
-  auto compute_batch = [&](int c0, const uint4 (&wv)[kUnroll][kLaneVecs], const PackedRowGroupParams& batch_params) {
+  auto compute_batch = [&](int c0, const uint4 (&wv)[kUnroll][kLaneVecs], const LoadedRowGroupParams& batch_params) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u >= c_end) break;  // the same for the whole warp: the shuffles see every lane
@@ -168,7 +172,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, kMTiles <= 2 ? 3 : 0)
   // Two batches in flight per warp: the next one's loads go out before this one's math, into the other
   // register set.
   uint4 batch[2][kUnroll][kLaneVecs];
-  PackedRowGroupParams batch_params[2];
+  LoadedRowGroupParams batch_params[2];
   load_batch(c_begin, batch[0]);
   batch_params[0] = load_group_params(c_begin);
   // The weights and their scales are no kernel's output: the first batch goes out before the wait for
@@ -257,13 +261,19 @@ __global__ void pack_weight_only_kernel(const uint8_t* codes, WeightShape shape,
 
 unsigned blocks_for(int64_t threads) { return unsigned((threads + 255) / 256); }
 
-template <int kBits, bool kZeros = false>
+template <int kBits, bool kZeros, bool kTailK>
 DecodeKernel decode_kernel_for_tiles(int64_t m) {
   const int64_t tiles = (m + 7) / 8;
-  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1, kZeros>;
-  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2, kZeros>;
-  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4, kZeros>;
-  return weight_only_decode_kernel<kBits, 8, kZeros>;
+  if (tiles <= 1) return weight_only_decode_kernel<kBits, 1, kZeros, kTailK>;
+  if (tiles <= 2) return weight_only_decode_kernel<kBits, 2, kZeros, kTailK>;
+  if (tiles <= 4) return weight_only_decode_kernel<kBits, 4, kZeros, kTailK>;
+  return weight_only_decode_kernel<kBits, 8, kZeros, kTailK>;
+}
+
+template <int kBits, bool kZeros>
+DecodeKernel decode_kernel_for_k(const WeightOnlyGemmArgs& args) {
+  return args.k % kChunkK ? decode_kernel_for_tiles<kBits, kZeros, true>(args.m)
+                          : decode_kernel_for_tiles<kBits, kZeros, false>(args.m);
 }
 
 // The decode kernel for these weights' bits, zero points and token count (n8 token tiles rounded to 1,
@@ -271,8 +281,8 @@ DecodeKernel decode_kernel_for_tiles(int64_t m) {
 DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
   switch (args.format.bits) {
     case 4:
-      return args.zeros ? decode_kernel_for_tiles<4, true>(args.m) : decode_kernel_for_tiles<4>(args.m);
-    default: return decode_kernel_for_tiles<8>(args.m);
+      return args.zeros ? decode_kernel_for_k<4, true>(args) : decode_kernel_for_k<4, false>(args);
+    default: return decode_kernel_for_k<8, false>(args);
   }
 }
 
@@ -291,6 +301,8 @@ DecodeLaunch launch_for(const WeightOnlyGemmArgs& args, int warpgroups) {
 std::string weight_only_unsupported(int64_t n, int64_t k, const WeightFormat& f) {
   if (n < 1 || k < 1) return "n and k must be >= 1";
   if (k % 8 != 0) return "k = " + std::to_string(k) + " is not a multiple of 8 (the kernels load x in 16-byte runs)";
+  if (k >= (int64_t(1) << 25))
+    return "k = " + std::to_string(k) + " is not below 2^25 (the decode kernel's 32-bit x offsets at 64 tokens)";
   if (f.bits == 8) {
     if (f.group < k || f.asymmetric) return "int8 weights take one symmetric scale per output channel";
     return "";

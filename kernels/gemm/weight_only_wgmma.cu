@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
   // Stage s: each chunk's fragments and MMAs; then the barrier after which stage s + 1's x is visible,
   // stage s + kDepth's copies, and the scale params of stage s + 2 into the registers stage s read (two
   // stages ahead: one stage ahead, their loads were where 12% of the warps' stall samples lay).
-  auto run_stage = [&](int s, PackedRowGroupParams& params) {
+  auto run_stage = [&](int s, LoadedRowGroupParams& params) {
 #pragma unroll
     for (int u = 0; u < kStageChunks; ++u) {
       if (stage_begin(s) + u >= c_end) break;  // the same for the whole block
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
   // The weights are no kernel's output: the first stages' go out before the wait for the kernel before
   // (PDL, in the first group); x, and every store, after it.
   for (int s = 0; s < kDepth && s < stages; ++s) copy_weights(s);
-  PackedRowGroupParams params[2];
+  LoadedRowGroupParams params[2];
   params[0] = load_stage_params(0);
   if (stages > 1) params[1] = load_stage_params(1);
   pdl_begin(pdl);

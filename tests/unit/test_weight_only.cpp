@@ -332,6 +332,7 @@ TEST(WeightOnlyPlan, RefusalsNameTheReason) {
   EXPECT_NE(weight_only_unsupported(64, 256, {4, 32, false}).find("group = 32"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(64, 256, {8, 128, false}).find("per output channel"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(64, 256, {3, 256, false}).find("3-bit"), std::string::npos);
+  EXPECT_NE(weight_only_unsupported(8, int64_t(1) << 25, {8, int64_t(1) << 25, false}).find("2^25"), std::string::npos);
 }
 
 // The shipped configs: W4A16 group 128 on every Llama-2 layer at every token count the issue names, the
