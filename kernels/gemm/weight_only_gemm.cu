@@ -64,7 +64,7 @@ __device__ __forceinline__ void load_x(const __nv_bfloat16* at, int k_lo, int64_
 // pad to 8, not 16. The warps of a strip sum in shared memory; one split writes y (int8: times the
 // channel's scale, in fp32), several write fp32 partials that the last of them to finish sums.
 // One or two token tiles: 3 blocks per SM (≤ 80 registers), 24 warps streaming, not 16 (two tiles need
-// ~112 unbounded; held to 80 they spill a few words, read once per two batches, from L1).
+// ~112 unbounded; held to 80, those with zero points or the K-tail branch spill 4-20 bytes, from L1).
 //
 // Instructions per chunk (a lane's 32 weights) are what limit int4 (ncu, session 13, 70B gate+up M = 1:
 // issue slots 65% busy, the ALU pipe 72%, DRAM 55%, with 162 a chunk in the loop; W4A16_NOTES.md). So: the
