@@ -6,10 +6,10 @@
 
 #include "harness/cuda_check.h"
 #include "kernels/attention/mma_sm80.cuh"
-#include "kernels/gemm/sm90_gemm_wgmma.cuh"
 #include "kernels/gemm/weight_only_device.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
+#include "kernels/sm90/sm90_wgmma.cuh"
 
 namespace topt::kernels::gemm::weight_only {
 
@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
       wgmma_fence();
       const uint64_t desc = sw128_desc(stage_buffer(s) + u * C::kXChunkBytes, 0, 1024);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) wgmma_rs_kmajor<kN>(d, a[j], desc_advance(desc, 32 * j), 1);
+      for (int j = 0; j < 4; ++j)
+        wgmma_rs<kN, false, false>(d, a[j][0], a[j][1], a[j][2], a[j][3], desc_advance(desc, 32 * j), 1);
       wgmma_commit();
     }
     cp_async_wait<kDepth - 2>();  // stage s + 1's group (stages up to s + kDepth − 1 are in flight)
