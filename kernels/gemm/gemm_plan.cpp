@@ -1,6 +1,7 @@
 #include "kernels/gemm/gemm_plan.h"
 
 #include <algorithm>
+#include <climits>
 
 #include <fmt/format.h>
 
@@ -62,7 +63,9 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     plan.m_tiles = ceil_div(m, tile_m(t));
     plan.n_tiles = ceil_div(n, tile_n(t));
   };
-  if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales)) {
+  // The streaming kernel offsets x in 32 bits: up to kSmallM rows of K's bytes.
+  const bool x_fits_32_bits = kSmallM * k * (128 / block_k(operands)) <= INT32_MAX;
+  if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
     // Whole strips in turn where they fill the SMs' rounds; else contiguous ranges, cut strips and all.

@@ -71,7 +71,8 @@ struct PlanOptions {
 bool stream_takes(Operands operands, bool block_scales);
 
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
-// M <= kSmallM with options.stream, where stream_takes the operands: the streaming kernel. Strips of
+// M <= kSmallM with options.stream, where stream_takes the operands and kSmallM rows of x fit 32-bit
+//   offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
 //   kMinWaveEfficiency, so that the grid reads W side by side; else units (strip, stage) divided evenly

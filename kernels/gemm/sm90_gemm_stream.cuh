@@ -142,56 +142,70 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   // a 16-byte chunk c of row r lies at r·128 + (c ^ r % 8)·16 (128-byte swizzle).
   const int g = lane / 4, t = lane % 4;
   const int lane_row = (lane & 7) + 8 * ((lane >> 3) & 1), lane_half = lane >> 4;
-  const int64_t k_bytes = p.k * (kOperands == Operands::bf16 ? 2 : 1);
-  const uint8_t* x = static_cast<const uint8_t*>(p.a);
+  const int k_bytes = p.k * (kOperands == Operands::bf16 ? 2 : 1);
+  // x's B fragments: token 8·mt + g, bytes 4t .. 4t + 3 and 16 + 4t .. of each 32-byte step.
+  const uint8_t* x_lane = static_cast<const uint8_t*>(p.a) + int64_t(g) * k_bytes + 4 * t;
   const Epilogue& e = p.epilogue;
   const float tensor = tensor_scale(e);
   const float inv_out_scale = e.out_scale ? __frcp_rn(*e.out_scale) : 1.f;
   const int tokens = min(p.m, kMTiles * 8);
+  // One token tile has two accumulator chains (even and odd k-steps) for the mma pipe to overlap; more
+  // tiles are independent chains already.
+  constexpr int kChains = kMTiles == 1 ? 2 : 1;
   __shared__ int completes_strip;  // a cut strip: this CTA's stages complete its count
   pdl_begin(p.pdl);  // x, the workspace and y belong to the kernels before
   RingPos<C::kStages> pos;
   range.for_each_run([&](const StreamRun& run) {
     const int strip = run.strip;
-    float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
+    float acc[kChains][kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
+    int k_stage = stage_of(strip, run.s_begin);
     for (int s = run.s_begin; s < run.s_end; ++s) {
-      const int block = stage_of(strip, s) * stage_boxes + warp;
-      const bool mine = warp < stage_boxes && block < p.k_blocks;
-      // x's B fragments of the warp's 4 k-steps: token 8·mt + g, bytes 4t .. 4t + 3 and 16 + 4t .. of
-      // each 32-byte step; zeros past M and K (K bytes are a multiple of 16: a half step is all in or out).
+      const int block = k_stage * stage_boxes + warp;
+      if (++k_stage == stages) k_stage = 0;
+      const int in_k = k_bytes - block * C::kRowBytes;  // bytes of the box row inside K (a multiple of 16)
+      const bool mine = warp < stage_boxes && in_k > 0;
+      // Zeros past M and K (a half step is all in or out).
       uint32_t xb[4][kMTiles][2];
+      const uint8_t* x_block = x_lane + block * C::kRowBytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int token = 8 * mt + g;
-            const int64_t byte = int64_t(block) * C::kRowBytes + C::kStepBytes * j + 16 * h;
-            xb[j][mt][h] = mine && token < p.m && byte < k_bytes
-                               ? __ldg(reinterpret_cast<const uint32_t*>(x + token * k_bytes + byte + 4 * t))
+            const int byte = C::kStepBytes * j + 16 * h;
+            xb[j][mt][h] = mine && 8 * mt + g < p.m && byte < in_k
+                               ? __ldg(reinterpret_cast<const uint32_t*>(x_block + 8 * mt * k_bytes + byte))
                                : 0u;
           }
       sm90::mbar_wait(full(pos.stage), pos.phase);
+      uint32_t a[4][4];
       if (mine) {
-        const uint32_t box = ring + pos.stage * C::kStageBytes + warp * C::kBoxBytes + lane_row * C::kRowBytes;
+        const uint32_t row = ring + pos.stage * C::kStageBytes + warp * C::kBoxBytes + lane_row * C::kRowBytes;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t a[4];
-          ldmatrix_x4<false>(a, box + (((2 * j + lane_half) ^ (lane_row & 7)) << 4));
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) stream_mma<kOperands>(acc[mt], a, xb[j][mt][0], xb[j][mt][1]);
-        }
+        for (int j = 0; j < 4; ++j) ldmatrix_x4<false>(a[j], row + (((2 * j + lane_half) ^ (lane_row & 7)) << 4));
       }
+      // The stage is free once its bytes are in registers: the producer refills it while the mma run.
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(empty(pos.stage));
       pos.advance();
+      if (mine) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt)
+            stream_mma<kOperands>(acc[j % kChains][mt], a[j], xb[j][mt][0], xb[j][mt][1]);
+      }
     }
 
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sums[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
+      for (int i = 0; i < 4; ++i) {
+        float v = acc[0][mt][i];
+        if constexpr (kChains == 2) v += acc[1][mt][i];
+        sums[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = v;
+      }
     constexpr int kConsumerThreads = C::kConsumerWarps * 32;
     sm90::named_sync(1, kConsumerThreads);
     auto strip_sum = [&](int token, int row) {

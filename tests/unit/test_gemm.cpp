@@ -70,6 +70,9 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
   // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
+  // Nor where kSmallM rows of x pass 32-bit offsets (the kernel's x addressing).
+  EXPECT_EQ(plan_gemm(1, 64, (int64_t(1) << 24) - 64, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
+  EXPECT_NE(plan_gemm(1, 64, int64_t(1) << 24, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8, kStream).tile, TileShape::m64n128);
   PlanOptions block = kStream;
   block.block_scales = true;
