@@ -275,7 +275,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   if (streams) {
     l.grid = plan.grid(current_device_sm_count());
     prepare_stream_gemm(args.operands, args.m);
-    p.tma_a = CUtensorMap{};
+    p.tma_a = operand_map("gemm x", args.a, args.operands, args.m, args.k, 8 * stream_m_tiles(args.m));
   } else {
     with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
     p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));

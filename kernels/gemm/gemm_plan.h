@@ -13,9 +13,9 @@ namespace topt::kernels::gemm {
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
 //   stream:  not a wgmma tile: the weight-streaming kernel (sm90_gemm_stream.cuh) for decode M (≤ kSmallM):
-//            CTAs stream 16-row strips of W (all of K) through an 8-stage TMA ring (128 KB in flight per
-//            SM) into mma.sync with W as the m16 operand and the tokens as n8; one launch. tile_m is the
-//            most tokens it takes, tile_n a strip.
+//            CTAs stream 64-row strips of W through a TMA ring (up to 160 KB of W in flight per SM) into
+//            wgmma with W as the m64 operand and the tokens as N (8-64); one launch. tile_m is the most
+//            tokens it takes, tile_n a strip.
 enum class TileShape { m128n256, m128n128, m64n128, stream };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
 // of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
@@ -33,8 +33,10 @@ constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide ti
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
-constexpr int kStreamRows = 16;         // rows of W per strip of the streaming kernel (mma.sync's m16)
-constexpr int kStreamStageBlocks = 8;   // the streaming kernel's K blocks (128 bytes) per stage, at most
+constexpr int kStreamRows = 64;         // rows of W per strip of the streaming kernel (wgmma's m64)
+constexpr int kStreamStageBlocks = 2;   // the streaming kernel's K blocks (128 bytes) per stage, at most
+// The streaming kernel's token tiles of 8 for M tokens: 1, 2, 4 or 8 (wgmma's N = 8-64).
+constexpr int stream_m_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
 
 struct GemmPlan {
   Operands operands = Operands::bf16;
@@ -75,7 +77,8 @@ bool stream_takes(Operands operands, bool block_scales);
 //   offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
-//   kMinWaveEfficiency, so that the grid reads W side by side; else units (strip, stage) divided evenly
+//   kMinWaveEfficiency, or fit one round on a third of the SMs or more, so that the grid reads W side by
+//   side without cut strips; else units (strip, stage) divided evenly
 //   over min(units, sms) CTAs as contiguous ranges (a cut strip is summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:

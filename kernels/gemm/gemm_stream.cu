@@ -17,11 +17,12 @@ template <class F>
 void with_stream_kernel(Operands operands, int64_t m, F&& f) {
   auto by_tiles = [&](auto operands_tag) {
     constexpr Operands O = decltype(operands_tag)::value;
-    const int64_t tiles = (m + 7) / 8;
-    if (tiles <= 1) return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
-    if (tiles <= 2) return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
-    if (tiles <= 4) return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
-    return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
+    switch (stream_m_tiles(m)) {
+      case 1: return f(gemm_stream_kernel<O, 1>, StreamConfig::smem_bytes<1>());
+      case 2: return f(gemm_stream_kernel<O, 2>, StreamConfig::smem_bytes<2>());
+      case 4: return f(gemm_stream_kernel<O, 4>, StreamConfig::smem_bytes<4>());
+      default: return f(gemm_stream_kernel<O, 8>, StreamConfig::smem_bytes<8>());
+    }
   };
   static_assert(8 * 8 >= kSmallM, "8 token tiles cover the streaming plan's M");
   switch (operands) {

@@ -170,8 +170,8 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
            "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
            unsupported, prepare(kernels::gemm::SplitReduce::last_split, clusters), "weights"},
           {"ours_v3_stream", Role::ours,
-           "ours + the weight-streaming kernel at M <= 64 where it takes the operands (bf16, FP8 per-tensor): 16-row "
-           "strips of W through an 8-stage TMA ring into mma.sync, one launch; elsewhere runs ours",
+           "ours + the weight-streaming kernel at M <= 64 where it takes the operands (bf16, FP8 per-tensor): 64-row "
+           "strips of W through a TMA ring into wgmma (W as A, the tokens as N), one launch; elsewhere runs ours",
            unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming), "weights"},
           {"ours_v4_pdl", Role::ours,
            "ours launched under programmatic dependent launch: with K split, the reduce kernel is resident while the "
@@ -240,8 +240,7 @@ void register_gemm_bf16(Registry& registry) {
                       "weights", true});
   for (Impl& impl : core_gemm_impls(
            "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped tiles; "
-           "M <= 64: the weight-streaming kernel (whole-K 16-row strips of W through a TMA ring into mma.sync, one "
-           "launch; gemm_plan)",
+           "M <= 64: split-K 64x128 tiles (the weight-streaming kernel is the rung ours_v3_stream; gemm_plan)",
            [](const Case& c) {
              const GemmShape s(c);
              return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);

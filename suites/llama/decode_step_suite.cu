@@ -507,7 +507,7 @@ void register_decode_step(Registry& registry) {
                                ours_step_unsupported, make_ours_pdl_step));
   op.impls.push_back(step_impl("ours_v3_stream_pdl", Role::ours,
                                "ours_v2_pdl with the GEMM core's weight-streaming kernel for every bf16 GEMM (whole "
-                               "16-row strips of W dealt to the SMs in turn, one launch, no split-K reduce)",
+                               "64-row strips of W into wgmma, one launch, no split-K reduce)",
                                ours_step_unsupported, make_ours_stream_pdl_step));
   registry.add(std::move(op));
 }

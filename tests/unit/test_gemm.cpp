@@ -32,39 +32,43 @@ constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true}
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
   using kernels::gemm::PlanOptions;
-  // 7B O at M = 1: 256 strips of 16 rows, K (64 blocks of 128 bytes) in 8 stages: 2048 units. The strips
-  // fill two rounds of 132 CTAs to 97%, so whole strips go to the CTAs in turn (2 or 1 each).
+  // 7B O at M = 1: 64 strips of 64 rows, K (64 blocks of 128 bytes) in 32 stages of 2: 2048 units. The
+  // strips give half of the 132 CTAs one each: one round of whole strips (64 CTAs), no cut strips.
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(p.tile, TileShape::stream);
-  EXPECT_EQ(p.splits, 8);
-  EXPECT_EQ(p.n_tiles, 256);
+  EXPECT_EQ(p.splits, 32);
+  EXPECT_EQ(p.n_tiles, 64);
   EXPECT_EQ(p.units(), 2048);
-  EXPECT_EQ(p.stream_chunk, 8);
-  EXPECT_EQ(p.grid(kH100Sms), 132);
+  EXPECT_EQ(p.stream_chunk, 32);
+  EXPECT_EQ(p.grid(kH100Sms), 64);
   EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
-  EXPECT_NE(p.describe().find("256 strips of 16 rows x 8 K stages"), std::string::npos) << p.describe();
+  EXPECT_NE(p.describe().find("64 strips of 64 rows x 32 K stages"), std::string::npos) << p.describe();
   EXPECT_NE(p.describe().find("whole strips in turn"), std::string::npos) << p.describe();
-  // FP8: 32 blocks of 128 bytes, 4 stages. 7B gate+up (22016 rows): 1376 strips x 8 stages, 10 or 11
-  // strips a CTA (95% of the rounds busy).
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kStream).splits, 4);
-  const GemmPlan gate_up = plan_gemm(1, 22016, 4096, kH100Sms, Operands::bf16, kStream);
-  EXPECT_EQ(gate_up.units(), 1376 * 8);
-  EXPECT_EQ(gate_up.stream_chunk, 8);
+  // Fewer than a third of the SMs' worth of strips (43 on 132) are cut into contiguous ranges.
+  EXPECT_EQ(plan_gemm(1, 43 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
+  EXPECT_EQ(plan_gemm(1, 44 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 32);
+  // FP8: 32 blocks of 128 bytes, 16 stages. 70B gate+up (57344 rows): 896 strips x 64 stages, 6 or 7
+  // strips a CTA (97% of the rounds busy): whole strips in turn.
+  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kStream).splits, 16);
+  const GemmPlan gate_up = plan_gemm(1, 57344, 8192, kH100Sms, Operands::bf16, kStream);
+  EXPECT_EQ(gate_up.units(), 896 * 64);
+  EXPECT_EQ(gate_up.stream_chunk, 64);
   EXPECT_EQ(gate_up.grid(kH100Sms), 132);
+  EXPECT_NE(gate_up.describe().find("whole strips in turn"), std::string::npos) << gate_up.describe();
   // 140 strips would leave 124 of 132 CTAs idle in a second round: contiguous ranges instead.
-  EXPECT_EQ(plan_gemm(1, 140 * 16, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
-  // K of 172 blocks (7B down, 11008 bf16): 22 stages of at most 8 blocks.
-  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).splits, 22);
-  // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 63 strips (the last
-  // one 8 rows) x 3 stages (17 blocks: 6, 6, 5) = 189 units on 132 CTAs.
+  EXPECT_EQ(plan_gemm(1, 140 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
+  // K of 172 blocks (7B down, 11008 bf16): 86 stages of 2 blocks.
+  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).splits, 86);
+  // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 16 strips (the last
+  // one 40 rows) x 9 stages (17 blocks: 2, ..., 2, 1) = 144 units on 132 CTAs.
   for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
     EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream) << m;
     EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3, kStream).tile, TileShape::stream) << m;
   }
   const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms, Operands::bf16, kStream);
-  EXPECT_EQ(small_n.n_tiles, 63);
-  EXPECT_EQ(small_n.splits, 3);
-  EXPECT_EQ(small_n.stream_chunk, 0);  // 63 strips fill half the SMs: contiguous ranges, cut strips
+  EXPECT_EQ(small_n.n_tiles, 16);
+  EXPECT_EQ(small_n.splits, 9);
+  EXPECT_EQ(small_n.stream_chunk, 0);  // 16 strips fill an eighth of the SMs: contiguous ranges, cut strips
   EXPECT_EQ(small_n.grid(kH100Sms), 132);
   EXPECT_NE(small_n.describe().find("contiguous ranges"), std::string::npos) << small_n.describe();
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
