@@ -69,10 +69,11 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
     // Whole strips in turn where they fill the SMs' rounds, or in one round where a third of the SMs or
-    // more get a strip: a CTA streams its strip at ~40 GB/s (H200), and a strip cut across CTAs costs a
-    // few microseconds of atomics and counters at the end (7B O at M = 1: 16.2 against 20.0 µs). Else
-    // contiguous ranges, cut strips and all.
-    const bool one_round = plan.n_tiles <= sms && 3 * plan.n_tiles >= sms;
+    // more get a strip, or the strips are short (<= 256 KB): a CTA streams its strip at ~40 GB/s (H200),
+    // and a strip cut across CTAs costs microseconds of atomics and counters at the end (7B O at M = 1:
+    // 17.2 against 20.0 µs cut). Else contiguous ranges, cut strips and all.
+    const int64_t strip_bytes = kStreamRows * k * (operands == Operands::bf16 ? 2 : 1);
+    const bool one_round = plan.n_tiles <= sms && (3 * plan.n_tiles >= sms || strip_bytes <= (256 << 10));
     if (one_round || wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency) plan.stream_chunk = plan.splits;
     return plan;
   }

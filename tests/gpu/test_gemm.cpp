@@ -82,10 +82,12 @@ TEST_P(GemmGpu, MatchesTheReference) {
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
-// The weight-streaming kernel (`ours` at M <= 64, plan tile "stream"): every token-tile count (M = 1..64,
-// 8-token tiles 1, 2, 4, 8, partly filled), N off the 16-row strip (999, 1000: the last strip 7 or 8 rows)
-// and K off the 8-box stage (1032 bf16: 2064 bytes, a stage of 1 box after two full ones; 520: 1040
-// bytes, a box of 16 bytes), bf16 and FP8 with per-tensor scales. The plan's metrics say it streamed.
+// The weight-streaming kernel (`ours_v3_stream` at M <= 64, plan tile "stream"): every token-tile count
+// (M = 1..64, 8-token tiles 1, 2, 4, 8, partly filled), N off the 64-row strip (999, 1000: the last strip
+// 39 or 40 rows) and K off the 2-block stage (1032 bf16: 2064 bytes, 17 blocks, the last of 16 bytes and
+// alone in its stage; 520: 1040 bytes), bf16 and FP8 with per-tensor scales: short strips, whole, one
+// round. Long strips too few for the SMs (K 4104 bf16, 8208 FP8: 512 KB) are cut across CTAs and summed
+// through the workspace and counters. The plan's metrics say it streamed.
 struct StreamCase {
   int64_t m, n, k;
   std::string op;  // gemm_bf16 or gemm_fp8 (scaling=tensor)
@@ -99,7 +101,11 @@ std::vector<StreamCase> stream_cases() {
     cases.push_back({m, 1000, 1024, "gemm_fp8"});
     cases.push_back({m, 999, 528, "gemm_fp8"});
   }
-  // More strips than SMs (2 a CTA on 132 SMs), 4 stages a strip, and 1 x 8 (one strip, one box).
+  for (int64_t m : {1, 17, 64}) {
+    cases.push_back({m, 1000, 4104, "gemm_bf16"});
+    cases.push_back({m, 999, 8208, "gemm_fp8"});
+  }
+  // Strips on half the SMs (one round), and 1 x 8 (one strip, one box).
   cases.push_back({1, 4096, 4096, "gemm_bf16"});
   cases.push_back({16, 4096, 4096, "gemm_fp8"});
   cases.push_back({1, 8, 8, "gemm_bf16"});
@@ -120,9 +126,11 @@ TEST_P(GemmStreamGpu, MatchesTheReference) {
   expect_impls_pass(*this, c, {"ours_v3_stream"}, [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }
 
-// Repeated launches of one prepared instance (the barriers' phases start over in each launch).
+// Repeated launches of one prepared instance (the barriers' phases start over in each launch; the cut
+// strips' sums and counters are zero again after each).
 TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours_v3_stream", 3, 5);
+  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 4104}), DType::bf16), "ours_v3_stream", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.

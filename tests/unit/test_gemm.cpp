@@ -44,7 +44,7 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
   EXPECT_NE(p.describe().find("64 strips of 64 rows x 32 K stages"), std::string::npos) << p.describe();
   EXPECT_NE(p.describe().find("whole strips in turn"), std::string::npos) << p.describe();
-  // Fewer than a third of the SMs' worth of strips (43 on 132) are cut into contiguous ranges.
+  // Fewer than a third of the SMs' worth of 512 KB strips (43 on 132) are cut into contiguous ranges.
   EXPECT_EQ(plan_gemm(1, 43 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
   EXPECT_EQ(plan_gemm(1, 44 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 32);
   // FP8: 32 blocks of 128 bytes, 16 stages. 70B gate+up (57344 rows): 896 strips x 64 stages, 6 or 7
@@ -60,7 +60,7 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   // K of 172 blocks (7B down, 11008 bf16): 86 stages of 2 blocks.
   EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).splits, 86);
   // Every M up to kSmallM, bf16 and FP8 with per-tensor scales. N = 1000, K = 1032: 16 strips (the last
-  // one 40 rows) x 9 stages (17 blocks: 2, ..., 2, 1) = 144 units on 132 CTAs.
+  // one 40 rows) x 9 stages (17 blocks: 2, ..., 2, 1).
   for (int64_t m : {1, 2, 3, 4, 8, 15, 16, 17, 33, 64}) {
     EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream) << m;
     EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3, kStream).tile, TileShape::stream) << m;
@@ -68,9 +68,13 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   const GemmPlan small_n = plan_gemm(1, 1000, 1032, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(small_n.n_tiles, 16);
   EXPECT_EQ(small_n.splits, 9);
-  EXPECT_EQ(small_n.stream_chunk, 0);  // 16 strips fill an eighth of the SMs: contiguous ranges, cut strips
-  EXPECT_EQ(small_n.grid(kH100Sms), 132);
-  EXPECT_NE(small_n.describe().find("contiguous ranges"), std::string::npos) << small_n.describe();
+  EXPECT_EQ(small_n.stream_chunk, 9);  // 16 strips of 129 KB: short, whole, one round on 16 CTAs
+  EXPECT_EQ(small_n.grid(kH100Sms), 16);
+  // Long strips too few for a third of the SMs (16 of 512 KB) are cut into contiguous ranges.
+  const GemmPlan few_long = plan_gemm(1, 1000, 4096, kH100Sms, Operands::bf16, kStream);
+  EXPECT_EQ(few_long.stream_chunk, 0);
+  EXPECT_EQ(few_long.grid(kH100Sms), 132);
+  EXPECT_NE(few_long.describe().find("contiguous ranges"), std::string::npos) << few_long.describe();
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
   // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
