@@ -214,7 +214,7 @@ struct WorkspaceLayout {
   size_t counters = 0, bytes = 0;
   WorkspaceLayout(const GemmArgs& args, const GemmPlan& plan, SplitReduce reduce) {
     if (plan.splits <= 1) return;
-    if (plan.tile == TileShape::stream) {  // the cut strips' sums [M, strips·16], then a counter per strip
+    if (plan.tile == TileShape::stream) {  // the cut strips' sums [M, strips·64], then a counter per strip
       counters = (size_t(args.m) * plan.n_tiles * kStreamRows * sizeof(float) + 255) / 256 * 256;
       bytes = counters + plan.n_tiles * sizeof(int);
       return;

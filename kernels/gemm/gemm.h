@@ -78,7 +78,7 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   const void* a;        // x itself: the streaming kernel loads its B fragments from global memory
   int64_t k;
   void* out;
-  float* partial;       // splits > 1: fp32 [splits, M, N] (streaming kernel: its cut strips' sums [M, strips·16])
+  float* partial;       // splits > 1: fp32 [splits, M, N] (streaming kernel: its cut strips' sums [M, strips·64])
   int* tile_counters;   // splits > 1, reduced in the kernel: arrivals per tile (strip), zero between launches
   const float* a_block_scale;  // GemmArgs'; scale_groups = K / 128 per row
   const float* b_block_scale;
