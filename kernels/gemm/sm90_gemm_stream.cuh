@@ -52,7 +52,7 @@ struct StreamConfig {
   static constexpr int kWBoxBytes = kRows * kRowBytes;      // 8 KB
   static constexpr int kConsumerWarps = 4;                  // one warpgroup
   static constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
-  static constexpr int kRingBytes = 192 * 1024;
+  static constexpr int kRingBytes = 192 * 1024;             // the ring's share of the SM's 227 KB
   static constexpr int kStepBytes = 32;                     // K bytes of one wgmma (k16 bf16, k32 e4m3)
   static_assert(kRows % (2 * kGatedGroup) == 0, "a strip holds whole gate and up groups (silu_gated)");
   static_assert(kRows == 4 * 16, "each consumer warp holds 16 rows of the m64 accumulator");
@@ -61,6 +61,7 @@ struct StreamConfig {
   static constexpr int kXBoxBytes = kMTiles * 8 * kRowBytes;  // the token tile's rows of one K block
   template <int kMTiles>
   static constexpr int kStageBytes = kBlocks * (kWBoxBytes + kXBoxBytes<kMTiles>);
+  // As many stages as the ring holds, at most 10: 160 KB of W in flight at one token tile, 6 stages at 8.
   template <int kMTiles>
   static constexpr int kStages = kRingBytes / kStageBytes<kMTiles> < 10 ? kRingBytes / kStageBytes<kMTiles> : 10;
   static_assert(kWBoxBytes % 1024 == 0 && kXBoxBytes<1> % 1024 == 0, "128-byte swizzle atoms are 1024-aligned");
