@@ -294,8 +294,8 @@ void register_gemm_fp8(Registry& registry) {
                            "y[M,N] = x[M,K] . W[N,K]^T on E4M3 codes of x and W (TN), per-tensor or 1x128/128x128 "
                            "block scales, fp32 accumulation promoted every 128 of K (block) or 512 (tensor), bf16 out",
                            "the sm90 core on E4M3 (wgmma k32), promoted into fp32 registers every 128-deep stage times "
-                           "its block scales, or every 4 stages with one scale per tensor; else 128x128. M <= 64: per-tensor "
-                           "scaling takes the weight-streaming kernel (wgmma e4m3 k32), block scales 64x128 split-K",
+                           "its block scales, or every 4 stages with one scale per tensor; else 128x128. M <= 64: 64x128 split-K "
+                           "tiles (per-tensor scaling on the weight-streaming kernel is the rung ours_v3_stream)",
                            Operands::e4m3);
   op.axes.push_back({"scaling", Axis::Kind::string, Value(std::string("tensor")),
                      "tensor: one scale per tensor; block: x per token and 128 of K, W per 128x128 (DeepSeek-V3)"});
