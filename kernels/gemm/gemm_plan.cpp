@@ -63,8 +63,9 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     plan.m_tiles = ceil_div(m, tile_m(t));
     plan.n_tiles = ceil_div(n, tile_n(t));
   };
+  const int64_t k_bytes = k * (128 / block_k(operands));  // a row of x or W
   // The streaming kernel offsets x in 32 bits: up to kSmallM rows of K's bytes.
-  const bool x_fits_32_bits = kSmallM * k * (128 / block_k(operands)) <= INT32_MAX;
+  const bool x_fits_32_bits = kSmallM * k_bytes <= INT32_MAX;
   if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
@@ -72,8 +73,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     // more get a strip, or the strips are short (<= 256 KB): a CTA streams its strip at ~40 GB/s (H200),
     // and a strip cut across CTAs costs microseconds of atomics and counters at the end (7B O at M = 1:
     // 17.2 against 20.0 µs cut). Else contiguous ranges, cut strips and all.
-    const int64_t strip_bytes = kStreamRows * k * (operands == Operands::bf16 ? 2 : 1);
-    const bool one_round = plan.n_tiles <= sms && (3 * plan.n_tiles >= sms || strip_bytes <= (256 << 10));
+    const bool one_round = plan.n_tiles <= sms && (3 * plan.n_tiles >= sms || kStreamRows * k_bytes <= (256 << 10));
     if (one_round || wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency) plan.stream_chunk = plan.splits;
     return plan;
   }
