@@ -77,8 +77,8 @@ bool stream_takes(Operands operands, bool block_scales);
 //   offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
-//   kMinWaveEfficiency, or fit one round on a third of the SMs or more, so that the grid reads W side by
-//   side without cut strips; else units (strip, stage) divided evenly
+//   kMinWaveEfficiency, or fit one round on a third of the SMs or more, or are short (<= 256 KB), so that
+//   the grid reads W side by side without cut strips; else units (strip, stage) divided evenly
 //   over min(units, sms) CTAs as contiguous ranges (a cut strip is summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
