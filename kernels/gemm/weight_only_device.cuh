@@ -1,5 +1,5 @@
 // The weight-only GEMM kernels' shared device pieces (weight_only_gemm.cu's decode kernel, weight_only_wgmma.cu's
-// wgmma kernel): their parameters, the scale groups' loads, the packed words' dequantization into mma A
+// wgmma kernel, weight_only_stream.cu's streaming kernel): their parameters, the scale groups' loads, the packed words' dequantization into mma A
 // fragments, the chunks' loads, and the block's final sums (split partials included).
 #pragma once
 #include <cuda_bf16.h>
@@ -61,6 +61,11 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
+}
+
+// 16 bytes of shared memory (a shared-window address) into r[0..3].
+__device__ __forceinline__ void lds128(uint32_t addr, uint32_t* r) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
 // A lane's two rows (g and g + 8) of one scale group as loaded: each row's bf16 scale bits and its zero code
@@ -143,6 +148,14 @@ __device__ __forceinline__ void int4_fragment(uint32_t word, const RowGroupParam
   int4_code_fragment(word, rp, a);
 #pragma unroll
   for (int i = 0; i < 4; ++i) a[i] = bits_of(__hmul2(bf16x2_of(a[i]), rp.scale[i & 1]));
+}
+
+// D += A · B, m16n8k16, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Byte `index` of `word` (code + 128) as an fp32 code: the byte placed in the mantissa of 2^23.
@@ -287,5 +300,8 @@ struct DecodeLaunch {
 // The wgmma kernel for args' bits, zero points and token count (9..64), its shared memory allowed
 // (weight_only_wgmma.cu).
 DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
+// The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM), its shared
+// memory allowed (weight_only_stream.cu).
+DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args);
 
 }  // namespace topt::kernels::gemm::weight_only

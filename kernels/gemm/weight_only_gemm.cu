@@ -29,14 +29,6 @@ __host__ __device__ constexpr int lane_prefetch_bytes(int bits, int m_tiles) {
   return bits == 4 && m_tiles > 1 ? 48 : 64;
 }
 
-// D += A · B, m16n8k16, bf16 operands, fp32 accumulators.
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Where lane t's 16 k of a chunk lie: two runs of 8, at k_lo = chunk·64 + kLaneK·t and
 // k_lo + kHalfOffset. The packed layouts: x[16t, 16t + 16).
 struct LaneK {
@@ -290,9 +282,15 @@ DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
   }
 }
 
-// The decode kernel (warpgroups 0) or the wgmma kernel, whose warpgroups its token tile sets.
-DecodeLaunch launch_for(const WeightOnlyGemmArgs& args, int warpgroups) {
+// The decode kernel (warpgroups 0), the streaming kernel, or the wgmma kernel, whose warpgroups its token
+// tile sets.
+DecodeLaunch launch_for(const WeightOnlyGemmArgs& args, int warpgroups, bool stream) {
   if (warpgroups == 0) return {decode_kernel_for(args), kDecodeWarps * 32, 0};
+  if (stream) {
+    const std::string why = weight_only_stream_unsupported(args.m, args.n, args.format.bits, args.zeros != nullptr);
+    if (!why.empty()) throw std::invalid_argument("the streaming kernel: " + why);
+    return stream_decode_launch(args);
+  }
   if (warpgroups != wgmma_warpgroups_for(args.m) || args.m > kWeightOnlyDecodeMaxM)
     throw std::invalid_argument("the wgmma kernel at m = " + std::to_string(args.m) + " runs " +
                                 std::to_string(wgmma_warpgroups_for(args.m)) + " warpgroups a block, not " +
@@ -364,12 +362,12 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
   const DecodeParams p = decode_params(args, plan, workspace);
   const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
                   unsigned(p.splits));
-  const DecodeLaunch l = launch_for(args, plan.warpgroups);
+  const DecodeLaunch l = launch_for(args, plan.warpgroups, plan.stream);
   launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
 
-int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups) {
-  const DecodeLaunch l = launch_for(args, warpgroups);
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups, bool stream) {
+  const DecodeLaunch l = launch_for(args, warpgroups, stream);
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, l.kernel, l.threads, l.smem));
   return blocks;

@@ -54,6 +54,6 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
 // Blocks of the decode kernel (warpgroups 0) or the wgmma kernel (2, 4: WeightOnlyDecodePlan::warpgroups)
 // for args' format and token count that fit on one SM at once (the planners' rounds of blocks are this
 // times the SMs).
-int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups = 0);
+int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups = 0, bool stream = false);
 
 }  // namespace topt::kernels::gemm

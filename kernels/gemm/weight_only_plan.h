@@ -29,10 +29,16 @@ inline int64_t wgmma_min_weights(int64_t m) {
   return int64_t(3) << 24;
 }
 constexpr int64_t kWeightOnlyWgmmaMinMInt8 = 33;
+// The streaming kernel (weight_only_stream.cu): a block is 8 consumer warps (two warpgroups' worth, which
+// the grid's planner counts in) over 8 strips (128 rows) and one K range, fed by bulk copies
+// (WeightOnlyDecodePlan::stream).
+constexpr int kStreamWarpgroups = 2;
+constexpr int64_t kWeightOnlyStreamMaxM = 16;
 
 enum class WeightOnlyPath {
   decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync, x read by every warp
   wgmma,                 // weight_only_wgmma_kernel: weights and x through shared memory, x read once a block
+  stream,                // weight_only_stream_kernel: bulk copies of whole runs into a ring, one warpgroup
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
@@ -41,8 +47,33 @@ enum class WeightOnlyPath {
 // kernel leads from 2^26 weights at any token count it takes: H200, 70B w4a16 decode step at batch 16,
 // 22.2-22.8 ms with it on all four linear layers against 25.9-26.6 with QKV (10240 × 8192) and O
 // (8192 × 8192) on the decode kernel.
-inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false) {
+// Why the streaming kernel cannot take this GEMM, or "": up to 16 tokens (two n8 token tiles); int4's scale
+// rows (and zero rows) of a block's 128 outputs go by bulk copies, whose sizes and addresses are 16-byte
+// multiples: N a multiple of 8 (bf16 scales), of 16 with zero points (one byte each).
+inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits, bool zeros) {
+  if (m > kWeightOnlyStreamMaxM)
+    return "m = " + std::to_string(m) + " is past the streaming kernel's " + std::to_string(kWeightOnlyStreamMaxM);
+  if (bits == 4 && n % (zeros ? 16 : 8) != 0)
+    return "n = " + std::to_string(n) + " is not a multiple of " + (zeros ? "16" : "8") +
+           " (the scale" + (zeros ? " and zero" : "") + " rows' bulk copies take 16-byte runs)";
+  return "";
+}
+
+// The streaming kernel (int4) leads both on weights from 2^27 at 1-2 tokens and 2^26 at 3-16, with K from
+// 5120 (H200, session 26, µs decode or wgmma kernel / streaming): 57344 × 8192 at 1 / 4 / 16 tokens 86.3 /
+// 83.1, 91.1 / 88.0, 127.3 / 118.2; 8192 × 28672 59.3 / 50.8, 75.5 / 49.4, 65.6 / 59.0; 27648 × 5120 36.7 /
+// 35.2, 38.0 / 33.4, 47.5 / 40.3; 8192 × 8192 at 16 31.8 / 24.7; 15360 × 5120 at 1 24.7 / 25.3 and at 16
+// 34.0 / 27.7. On K = 4096 its blocks are short and it trails (22016 × 4096 at 4: 26.6 / 30.3).
+inline bool weight_only_stream_leads(int64_t m, int64_t n, int64_t k) {
+  if (m > kWeightOnlyStreamMaxM || k < 5120) return false;
+  return n * k >= (m <= 2 ? int64_t(1) << 27 : int64_t(1) << 26);
+}
+
+inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false,
+                                              bool zeros = false) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
+  if (bits == 4 && weight_only_stream_leads(m, n, k) && weight_only_stream_unsupported(m, n, bits, zeros).empty())
+    return WeightOnlyPath::stream;
   const int64_t min_m = bits == 8 ? kWeightOnlyWgmmaMinMInt8 : kWeightOnlyWgmmaMinM;
   const int64_t min_weights = decode_splits_k ? int64_t(1) << 26 : wgmma_min_weights(m);
   if (m >= min_m && n * k >= min_weights) return WeightOnlyPath::wgmma;
@@ -62,13 +93,15 @@ constexpr int kMinDecodeChunksPerWarp = 2;  // K a warp streams per split at lea
 struct WeightOnlyDecodePlan {
   int strips_per_block = 1;
   int splits = 1;
-  // 0: the mma.sync kernel (x read by each warp into registers); 2 or 4: the wgmma kernel, whose block is
-  // this many warpgroups of 4 strips (strips_per_block = 4 · warpgroups), x staged in shared memory.
+  // 0: the mma.sync kernel (x read by each warp into registers); 2 or 4: the wgmma kernel (or with `stream`
+  // the streaming kernel), whose block is this many warpgroups of 4 strips (strips_per_block = 4 ·
+  // warpgroups), x staged in shared memory.
   int warpgroups = 0;
+  bool stream = false;  // the streaming kernel, kStreamWarpgroups warpgroups
   int64_t blocks(int64_t n) const { return ((n + 15) / 16 + strips_per_block - 1) / strips_per_block * splits; }
   std::string describe() const {
     return std::to_string(strips_per_block) + " strips a block, " + std::to_string(splits) + " K splits" +
-           (warpgroups ? ", wgmma" : "");
+           (stream ? ", streaming" : warpgroups ? ", wgmma" : "");
   }
 };
 
@@ -144,6 +177,14 @@ inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int war
     }
   }
   return best;
+}
+
+// The streaming kernel's grid is planned as the wgmma kernel's (rounds of blocks × (chunks a block + a
+// block's start and sums)), with its 8 strips a block.
+inline WeightOnlyDecodePlan plan_weight_only_stream(int64_t n, int64_t k, int resident_blocks) {
+  WeightOnlyDecodePlan plan = plan_weight_only_wgmma(n, k, kStreamWarpgroups, resident_blocks);
+  plan.stream = true;
+  return plan;
 }
 
 }  // namespace topt::kernels::gemm

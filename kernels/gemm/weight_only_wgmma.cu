@@ -137,12 +137,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape
       if constexpr (kBits == 4) rp = expand(chunk_group_params<kZeros>(params, u, lane));
       uint32_t words[kLaneVecs * 4];
 #pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v) {
-        const uint32_t at = stage_buffer(s) + w_offset(u, v);
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(words[4 * v]), "=r"(words[4 * v + 1]), "=r"(words[4 * v + 2]), "=r"(words[4 * v + 3])
-                     : "r"(at));
-      }
+      for (int v = 0; v < kLaneVecs; ++v) lds128(stage_buffer(s) + w_offset(u, v), &words[4 * v]);
       wgmma_wait<0>();  // the last chunk's group, which read `a`, has retired
       uint32_t a[4][4];
 #pragma unroll

@@ -187,28 +187,35 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: up to kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows per block, its 8 warps
-// splitting K (kStripPerBlockPlan: no workspace; K split across blocks by plan_weight_only_decode was
-// slower on every row measured on the H100), or from 9 tokens on large weights the wgmma kernel (its K
-// splits from plan_weight_only_wgmma); above, W dequantized to bf16 and the core's bf16 GEMM, timed
-// together (choose_weight_only_path). `only` (the rungs ours_v2, ours_v3): that kernel wherever it runs,
-// the two sides of the choice on every row.
+// ours: int4 up to 16 tokens on large weights the streaming kernel (its K splits from
+// plan_weight_only_stream); else up to kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows
+// per block, its 8 warps splitting K (kStripPerBlockPlan: no workspace; K split across blocks by
+// plan_weight_only_decode was slower on every row measured on the H100), or from 9 tokens on large weights
+// the wgmma kernel (its K splits from plan_weight_only_wgmma); above, W dequantized to bf16 and the core's
+// bf16 GEMM, timed together (choose_weight_only_path). `only` (the rungs ours_v2, ours_v3, ours_v4): that
+// kernel wherever it runs, the sides of the choice on every row.
 std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream,
                                        std::optional<WeightOnlyPath> only) {
   auto inst = std::make_unique<StepsInstance>();
   const auto args = p.args();
-  WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k, p.format.bits);
+  WeightOnlyPath path = kernels::gemm::choose_weight_only_path(p.shape.m, p.shape.n, p.shape.k, p.format.bits,
+                                                               false, p.format.asymmetric);
   if (only && path != WeightOnlyPath::dequantize_then_core) path = *only;
   inst->extra = p.metrics();
   inst->extra.push_back({"plan_dequantize_then_core", path == WeightOnlyPath::dequantize_then_core ? 1 : 0});
   inst->extra.push_back({"plan_wgmma", path == WeightOnlyPath::wgmma ? 1 : 0});
+  inst->extra.push_back({"plan_stream", path == WeightOnlyPath::stream ? 1 : 0});
   if (path != WeightOnlyPath::dequantize_then_core) {
-    const int warpgroups = path == WeightOnlyPath::wgmma ? kernels::gemm::wgmma_warpgroups_for(p.shape.m) : 0;
+    const bool streaming = path == WeightOnlyPath::stream;
+    const int warpgroups = path == WeightOnlyPath::wgmma ? kernels::gemm::wgmma_warpgroups_for(p.shape.m)
+                           : streaming                   ? kernels::gemm::kStreamWarpgroups
+                                                         : 0;
     const int resident_blocks =
-        kernels::gemm::weight_only_decode_blocks_per_sm(args, warpgroups) * current_device_sm_count();
+        kernels::gemm::weight_only_decode_blocks_per_sm(args, warpgroups, streaming) * current_device_sm_count();
     const kernels::gemm::WeightOnlyDecodePlan plan =
-        warpgroups ? kernels::gemm::plan_weight_only_wgmma(p.shape.n, p.shape.k, warpgroups, resident_blocks)
-                   : kernels::gemm::kStripPerBlockPlan;
+        streaming    ? kernels::gemm::plan_weight_only_stream(p.shape.n, p.shape.k, resident_blocks)
+        : warpgroups ? kernels::gemm::plan_weight_only_wgmma(p.shape.n, p.shape.k, warpgroups, resident_blocks)
+                     : kernels::gemm::kStripPerBlockPlan;
     auto workspace = std::make_shared<DeviceBuffer>(
         std::max<size_t>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan), 16), "decode partials");
     kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
@@ -356,8 +363,9 @@ OpDef weight_only_op(const char* name, const char* summary) {
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
        "M <= 64: packed W streamed (ld.global.nc, a batch ahead), dequantized in registers, mma.sync m16n8k16 "
-       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; from 9 tokens on large weights "
-       "the wgmma kernel (ours_v3; choose_weight_only_path); M > 64: dequantize then the sm90 core",
+       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; int4 up to 16 tokens on large "
+       "weights the streaming kernel (ours_v4), from 9 tokens on others large the wgmma kernel (ours_v3; "
+       "choose_weight_only_path); M > 64: dequantize then the sm90 core",
        nullptr,
        ours_rung(std::nullopt), "weights"},
       {"ours_v2", Role::ours, "M <= 64, every shape: the decode kernel alone (ours' choice below 9 tokens)",
@@ -367,6 +375,16 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "range, weights and x through a cp.async ring in shared memory (x into wgmma's B tile), the dequantized "
        "W as A from registers",
        wgmma_range_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
+      {"ours_v4", Role::ours,
+       "M <= 16: the streaming kernel alone, a block of 8 strips (128 rows) on one K range, each strip's run "
+       "of packed W, the scale rows and x's rows by bulk copies into a ring, each warp dequantizing its strip "
+       "from shared memory into mma.sync m16n8k16",
+       [](const Case& c) {
+         const GemmShape g(c);
+         const WeightFormat f = format_of(c);
+         return kernels::gemm::weight_only_stream_unsupported(g.m, g.n, f.bits, f.asymmetric);
+       },
+       ours_rung(WeightOnlyPath::stream), "weights"},
       {"cutlass", Role::peer,
        cutlass_peer_note("mixed-input GEMM, yT = W . xT: int4 / int8 W converted and scaled in registers "
                          "(symmetric only)"),

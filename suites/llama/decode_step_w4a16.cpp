@@ -48,13 +48,18 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
       const size_t i = size_t(which);
       const g::WeightShape w = linear_shape(p.shape.model, which);
       const g::WeightOnlyGemmArgs a0 = p.weights.layers[0].quantized[i].args(nullptr, nullptr, rows_);
-      if (g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits, /*decode_splits_k=*/true) ==
-          g::WeightOnlyPath::wgmma) {
-        const int warpgroups = g::wgmma_warpgroups_for(rows_);
-        plans_[i] = g::plan_weight_only_wgmma(w.n, w.k, warpgroups,
-                                              g::weight_only_decode_blocks_per_sm(a0, warpgroups) * sms);
-      } else {
-        plans_[i] = g::plan_weight_only_decode(rows_, w.n, w.k, sms);
+      switch (g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits, /*decode_splits_k=*/true, kW4a16.asymmetric)) {
+        case g::WeightOnlyPath::stream:
+          plans_[i] = g::plan_weight_only_stream(
+              w.n, w.k, g::weight_only_decode_blocks_per_sm(a0, g::kStreamWarpgroups, /*stream=*/true) * sms);
+          break;
+        case g::WeightOnlyPath::wgmma: {
+          const int warpgroups = g::wgmma_warpgroups_for(rows_);
+          plans_[i] = g::plan_weight_only_wgmma(w.n, w.k, warpgroups,
+                                                g::weight_only_decode_blocks_per_sm(a0, warpgroups) * sms);
+          break;
+        }
+        default: plans_[i] = g::plan_weight_only_decode(rows_, w.n, w.k, sms);
       }
       workspaces_[i] = DeviceBuffer(std::max<size_t>(g::weight_only_decode_workspace_bytes(a0, plans_[i]), 16),
                                     "weight-only decode workspace");

@@ -384,6 +384,8 @@ std::vector<GemmCase> weight_only_cases() {
     small.push_back({m, 40, 1032});
     large.push_back({m, 1000, 1032});
   }
+  // The streaming kernel with zero points (N a multiple of 16): a last block of 3 strips, each token tile.
+  for (int64_t m : {1, 2, 4, 5, 16}) small.push_back({m, 1072, 1032});
   large.push_back({1, 4096, 4096});
   return shape_grid<GemmCase>(small, large);
 }
@@ -412,6 +414,9 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   if (shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM) impls.push_back("ours_v2");  // the decode kernel
   if (shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM && shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM)
     impls.push_back("ours_v3");  // the wgmma kernel
+  const int bits = std::string(format.name) == "w8" ? 8 : 4;
+  if (kernels::gemm::weight_only_stream_unsupported(shape.m, shape.n, bits, std::string(format.zero) == "asym").empty())
+    impls.push_back("ours_v4");  // the streaming kernel
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
 }

@@ -227,19 +227,36 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
             std::string::npos);
 }
 
-// Up to 64 tokens the weights stream packed: the decode kernel up to 8 tokens and on small weights, the
-// wgmma kernel from 9 tokens (int8: 33) on weights from 2^27 (16 tokens), 2^26 + 1 (32), 3 · 2^24 (64);
-// above 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
-TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
+// Up to 64 tokens the weights stream packed: int4 up to 16 tokens on large weights with K from 5120 the
+// streaming kernel (2^27 weights at 1-2 tokens, 2^26 at 3-16); else the decode kernel up to 8 tokens and on
+// small weights, the wgmma kernel from 9 tokens (int8: 33) on weights from 2^27 (16 tokens), 2^26 + 1 (32),
+// 3 · 2^24 (64); above 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
+TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
   auto path = [](int64_t m, int64_t n, int64_t k, int bits = 4) { return choose_weight_only_path(m, n, k, bits); };
-  for (int64_t m : {1, 2, 4, 8}) EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::decode) << m;
-  for (int64_t m : {9, 16}) {
-    EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(path(m, 8192, 28672), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(path(m, 27648, 5120), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(path(m, 22016, 4096), WeightOnlyPath::decode) << m;
-    EXPECT_EQ(path(m, 10240, 8192), WeightOnlyPath::decode) << m;
+  for (int64_t m : {1, 2, 4, 8, 9, 16}) {
+    EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::stream) << m;
+    EXPECT_EQ(path(m, 8192, 28672), WeightOnlyPath::stream) << m;
+    EXPECT_EQ(path(m, 27648, 5120), WeightOnlyPath::stream) << m;
   }
+  for (int64_t m : {1, 2}) {
+    EXPECT_EQ(path(m, 15360, 5120), WeightOnlyPath::decode) << m;  // 2^26.2 weights
+    EXPECT_EQ(path(m, 8192, 8192), WeightOnlyPath::decode) << m;
+  }
+  for (int64_t m : {3, 4, 8, 16}) {
+    EXPECT_EQ(path(m, 15360, 5120), WeightOnlyPath::stream) << m;
+    EXPECT_EQ(path(m, 8192, 8192), WeightOnlyPath::stream) << m;  // 2^26 exactly
+    EXPECT_EQ(path(m, 5120, 5120), WeightOnlyPath::decode) << m;  // 2^24.6 weights
+  }
+  for (int64_t m : {1, 4, 9, 16}) {
+    EXPECT_NE(path(m, 22016, 4096), WeightOnlyPath::stream) << m;  // K = 4096: short blocks
+    EXPECT_NE(path(m, 12288, 4096), WeightOnlyPath::stream) << m;
+  }
+  for (int64_t m : {9, 16}) EXPECT_EQ(path(m, 22016, 4096), WeightOnlyPath::decode) << m;
+  // Zero points take N a multiple of 16 (the zero rows' bulk copies); int8 keeps its kernels.
+  EXPECT_EQ(choose_weight_only_path(16, 57352, 8192, 4, false, true), WeightOnlyPath::wgmma);
+  EXPECT_EQ(choose_weight_only_path(16, 57344, 8192, 4, false, true), WeightOnlyPath::stream);
+  EXPECT_EQ(path(1, 57344, 8192, 8), WeightOnlyPath::decode);
+  EXPECT_EQ(path(17, 57344, 8192), WeightOnlyPath::wgmma);
   EXPECT_EQ(path(32, 8192, 8192), WeightOnlyPath::decode);
   EXPECT_EQ(path(32, 5120, 13824), WeightOnlyPath::wgmma);
   EXPECT_EQ(path(32, 12288, 4096), WeightOnlyPath::decode);
@@ -250,13 +267,14 @@ TEST(WeightOnlyPlan, DecodeOrWgmmaUpTo64TokensThenTheCore) {
   for (int64_t m : {33, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
   for (int64_t m : {65, 128, 130, 256, 8192})
     for (int bits : {4, 8}) EXPECT_EQ(path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
-  // Against the decode kernel's split plans (the decode step): from 2^26 weights at any count from 9.
-  for (int64_t m : {9, 16, 32, 64}) {
+  // Against the decode kernel's split plans (the decode step): the wgmma kernel from 2^26 weights at any
+  // count from 17 (up to 16 the streaming kernel takes those layers).
+  for (int64_t m : {32, 64}) {
     EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
     EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4, true), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
   }
-  EXPECT_EQ(choose_weight_only_path(8, 57344, 8192, 4, true), WeightOnlyPath::decode);
+  for (int64_t m : {9, 32, 64}) EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
+  EXPECT_EQ(choose_weight_only_path(8, 57344, 8192, 4, true), WeightOnlyPath::stream);
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
@@ -333,6 +351,23 @@ TEST(WeightOnlyPlan, RefusalsNameTheReason) {
   EXPECT_NE(weight_only_unsupported(64, 256, {8, 128, false}).find("per output channel"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(64, 256, {3, 256, false}).find("3-bit"), std::string::npos);
   EXPECT_NE(weight_only_unsupported(8, int64_t(1) << 25, {8, int64_t(1) << 25, false}).find("2^25"), std::string::npos);
+}
+
+// The streaming kernel: up to 16 tokens; int4 scale rows (and zero rows) go by 16-byte bulk copies, so N
+// must be a multiple of 8 (16 with zero points); int8's per-channel scales are read after the sums.
+TEST(WeightOnlyPlan, StreamingKernelRefusalsNameTheReason) {
+  EXPECT_EQ(weight_only_stream_unsupported(1, 4096, 4, false), "");
+  EXPECT_EQ(weight_only_stream_unsupported(16, 40, 4, false), "");
+  EXPECT_EQ(weight_only_stream_unsupported(16, 48, 4, true), "");
+  EXPECT_EQ(weight_only_stream_unsupported(3, 44, 8, false), "");
+  EXPECT_NE(weight_only_stream_unsupported(17, 4096, 4, false).find("m = 17"), std::string::npos);
+  EXPECT_NE(weight_only_stream_unsupported(1, 44, 4, false).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(weight_only_stream_unsupported(1, 40, 4, true).find("multiple of 16"), std::string::npos);
+  const WeightOnlyDecodePlan p = plan_weight_only_stream(4096, 4096, 132 * 2);
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.warpgroups, kStreamWarpgroups);
+  EXPECT_EQ(p.strips_per_block, 4 * kStreamWarpgroups);
+  EXPECT_NE(p.describe().find("streaming"), std::string::npos);
 }
 
 // The shipped configs: W4A16 group 128 on every Llama-2 layer at every token count the issue names, the
