@@ -64,12 +64,13 @@ inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits
 // 83.1, 91.1 / 88.0, 127.3 / 118.2; 8192 × 28672 59.3 / 50.8, 75.5 / 49.4, 65.6 / 59.0; 27648 × 5120 36.7 /
 // 35.2, 38.0 / 33.4, 47.5 / 40.3; 8192 × 8192 at 16 31.8 / 24.7; 15360 × 5120 at 1 24.7 / 25.3 and at 16
 // 34.0 / 27.7. On K = 4096 its blocks are short and it trails (22016 × 4096 at 4: 26.6 / 30.3).
-// `decode_splits_k`: against the decode kernel's split plans (the decode step's) it leads from 2^26 at 1-2
-// tokens too (70B w4a16 step, 1k context: batch 4, every layer on it, ran 13988 µs against batch 1's 15454
-// with QKV and O on the decode kernel).
+// `decode_splits_k`: against the decode kernel's split plans (the decode step's) it leads on every Llama-2
+// layer up to 16 tokens (w4a16 steps, batch 1, 1k context, `ours_v2_pdl`, one call: 70B 15548 → 12859 µs
+// with QKV and O on it too; 7B, whose layers have K = 4096 or less than 2^26 weights, 3358 → 2628).
 inline bool weight_only_stream_leads(int64_t m, int64_t n, int64_t k, bool decode_splits_k = false) {
-  if (m > kWeightOnlyStreamMaxM || k < 5120) return false;
-  return n * k >= (m <= 2 && !decode_splits_k ? int64_t(1) << 27 : int64_t(1) << 26);
+  if (m > kWeightOnlyStreamMaxM) return false;
+  if (decode_splits_k) return true;
+  return k >= 5120 && n * k >= (m <= 2 ? int64_t(1) << 27 : int64_t(1) << 26);
 }
 
 inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false,

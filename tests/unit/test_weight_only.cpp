@@ -273,12 +273,12 @@ TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
     EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
     EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4, true), WeightOnlyPath::wgmma) << m;
   }
-  for (int64_t m : {9, 32, 64}) EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
+  for (int64_t m : {32, 64}) EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
   EXPECT_EQ(choose_weight_only_path(8, 57344, 8192, 4, true), WeightOnlyPath::stream);
-  for (int64_t m : {1, 2}) {  // against the split plans, the streaming kernel from 2^26 at 1-2 tokens too
+  for (int64_t m : {1, 2, 9, 16}) {  // against the split plans, the streaming kernel on every layer up to 16
     EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::stream) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4, true), WeightOnlyPath::stream) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 5120, 5120, 4, true), WeightOnlyPath::decode) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4, true), WeightOnlyPath::stream) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 8, true), WeightOnlyPath::decode) << m;  // int8
   }
 }
 
