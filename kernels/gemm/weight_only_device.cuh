@@ -290,7 +290,7 @@ __device__ __forceinline__ void finish_strips(const DecodeParams& p, const float
 
 using DecodeKernel = void (*)(DecodeParams, PdlLaunch);
 
-// A launch of the decode kernel or the wgmma kernel: the kernel, its block and its dynamic shared memory.
+// A launch of a weight-only kernel: the kernel, its block and its dynamic shared memory.
 struct DecodeLaunch {
   DecodeKernel kernel;
   int threads;
@@ -300,8 +300,8 @@ struct DecodeLaunch {
 // The wgmma kernel for args' bits, zero points and token count (9..64), its shared memory allowed
 // (weight_only_wgmma.cu).
 DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
-// The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM), its shared
-// memory allowed (weight_only_stream.cu).
-DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args);
+// The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM) with
+// `strips_per_block` (kStreamWarps / stream_slices), its shared memory allowed (weight_only_stream.cu).
+DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per_block);
 
 }  // namespace topt::kernels::gemm::weight_only

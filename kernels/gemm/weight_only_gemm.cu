@@ -282,20 +282,45 @@ DecodeKernel decode_kernel_for(const WeightOnlyGemmArgs& args) {
   }
 }
 
-// The decode kernel (warpgroups 0), the streaming kernel, or the wgmma kernel, whose warpgroups its token
-// tile sets.
-DecodeLaunch launch_for(const WeightOnlyGemmArgs& args, int warpgroups, bool stream) {
-  if (warpgroups == 0) return {decode_kernel_for(args), kDecodeWarps * 32, 0};
-  if (stream) {
-    const std::string why = weight_only_stream_unsupported(args.m, args.n, args.format.bits, args.zeros != nullptr);
-    if (!why.empty()) throw std::invalid_argument("the streaming kernel: " + why);
-    return stream_decode_launch(args);
+// The plan's kernel for args' format and token count (plan_weight_only_gemm checked that it takes them).
+DecodeLaunch launch_for(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan) {
+  switch (plan.kernel) {
+    case WeightOnlyPath::stream: return stream_decode_launch(args, plan.strips_per_block);
+    case WeightOnlyPath::wgmma: return wgmma_decode_launch(args);
+    default: return {decode_kernel_for(args), kDecodeWarps * 32, 0};
   }
-  if (warpgroups != wgmma_warpgroups_for(args.m) || args.m > kWeightOnlyDecodeMaxM)
-    throw std::invalid_argument("the wgmma kernel at m = " + std::to_string(args.m) + " runs " +
-                                std::to_string(wgmma_warpgroups_for(args.m)) + " warpgroups a block, not " +
-                                std::to_string(warpgroups));
-  return wgmma_decode_launch(args);
+}
+
+// Why a plan's blocks do not tile as its kernel does at args' token count, or "" (a plan made by hand, as
+// the tests make them, must).
+std::string plan_mismatch(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan) {
+  const int strips = plan.strips_per_block;
+  switch (plan.kernel) {
+    case WeightOnlyPath::stream:
+      if (strips == kStreamWarps || (strips == kStreamWarps / 2 && args.m <= kStreamSlicedMaxM)) return "";
+      return "the streaming kernel at m = " + std::to_string(args.m) + " takes " + std::to_string(kStreamWarps) +
+             (args.m <= kStreamSlicedMaxM ? " or " + std::to_string(kStreamWarps / 2) : "") + " strips a block";
+    case WeightOnlyPath::wgmma:
+      if (strips == 4 * wgmma_warpgroups_for(args.m)) return "";
+      return "the wgmma kernel at m = " + std::to_string(args.m) + " takes " +
+             std::to_string(4 * wgmma_warpgroups_for(args.m)) + " strips a block";
+    default:
+      if (strips >= 1 && kDecodeWarps % strips == 0) return "";
+      return "the decode kernel's strips a block divide its " + std::to_string(kDecodeWarps) + " warps";
+  }
+}
+
+// Why `kernel` cannot take args, or "".
+std::string kernel_unsupported(const WeightOnlyGemmArgs& args, WeightOnlyPath kernel) {
+  if (args.m < 1 || args.m > kWeightOnlyDecodeMaxM)
+    return "m = " + std::to_string(args.m) + " is outside the decode kernels' 1.." +
+           std::to_string(kWeightOnlyDecodeMaxM);
+  switch (kernel) {
+    case WeightOnlyPath::stream:
+      return weight_only_stream_unsupported(args.m, args.n, args.format.bits, args.zeros != nullptr);
+    case WeightOnlyPath::dequantize_then_core: return "dequantize_then_core has no decode plan";
+    default: return "";
+  }
 }
 
 }  // namespace
@@ -362,15 +387,33 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
   const DecodeParams p = decode_params(args, plan, workspace);
   const dim3 grid(unsigned((WeightShape{p.n, p.k}.strips() + p.strips_per_block - 1) / p.strips_per_block),
                   unsigned(p.splits));
-  const DecodeLaunch l = launch_for(args, plan.warpgroups, plan.stream);
+  if (const std::string why = plan_mismatch(args, plan); !why.empty())  // integer compares, unless wrong
+    throw std::invalid_argument("run_weight_only_decode: " + plan.describe() + ": " + why);
+  const DecodeLaunch l = launch_for(args, plan);
   launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
 
-int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups, bool stream) {
-  const DecodeLaunch l = launch_for(args, warpgroups, stream);
-  int blocks = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, l.kernel, l.threads, l.smem));
-  return blocks;
+WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, WeightOnlyPath kernel,
+                                           bool decode_splits_k) {
+  if (const std::string why = kernel_unsupported(args, kernel); !why.empty())
+    throw std::invalid_argument("plan_weight_only_gemm: " + why);
+  WeightOnlyDecodePlan shape;  // the launch's kernel and block, for its occupancy (the same at every slicing)
+  shape.kernel = kernel;
+  shape.strips_per_block = kernel == WeightOnlyPath::wgmma ? 4 * wgmma_warpgroups_for(args.m) : kStreamWarps;
+  const DecodeLaunch l = launch_for(args, shape);
+  int blocks_per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, l.kernel, l.threads, l.smem));
+  const int sms = current_device_sm_count(), resident = blocks_per_sm * sms;
+  WeightOnlyDecodePlan plan;
+  switch (kernel) {
+    case WeightOnlyPath::stream: plan = plan_weight_only_stream(args.m, args.n, args.k, resident); break;
+    case WeightOnlyPath::wgmma:
+      plan = plan_weight_only_wgmma(args.n, args.k, wgmma_warpgroups_for(args.m), resident);
+      break;
+    default: plan = decode_splits_k ? plan_weight_only_decode(args.m, args.n, args.k, sms) : kStripPerBlockPlan;
+  }
+  plan.resident_blocks = resident;
+  return plan;
 }
 
 }  // namespace topt::kernels::gemm

@@ -42,18 +42,20 @@ void pack_weight_only(const uint8_t* codes, const WeightShape& shape, int bits, 
 // decode kernel's registers hold it (args.x and args.out unused).
 void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_t stream);
 // The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h: the mma.sync
-// kernel, or for M ≥ kWeightOnlyWgmmaMinM the wgmma kernel); `workspace`
-// holds weight_only_decode_workspace_bytes (the split partials and an arrival counter per block
-// column), null where that is 0, zeroed once by init_weight_only_decode_workspace (the kernel leaves
-// the counters at zero).
+// kernel, the wgmma kernel or the streaming kernel); `workspace` holds weight_only_decode_workspace_bytes
+// (the split partials and an arrival counter per block column), null where that is 0, zeroed once by
+// init_weight_only_decode_workspace (the kernel leaves the counters at zero).
 size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan);
 void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan,
                                        void* workspace, cudaStream_t stream);
 void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan, void* workspace,
                             cudaStream_t stream);
-// Blocks of the decode kernel (warpgroups 0) or the wgmma kernel (2, 4: WeightOnlyDecodePlan::warpgroups)
-// for args' format and token count that fit on one SM at once (the planners' rounds of blocks are this
-// times the SMs).
-int weight_only_decode_blocks_per_sm(const WeightOnlyGemmArgs& args, int warpgroups = 0, bool stream = false);
+// The plan of `kernel` (choose_weight_only_path's decode, wgmma or stream) for args on the current device:
+// the blocks of that kernel an SM holds at once times the SMs, then its planner. The decode kernel takes
+// one strip a block over all of K (kStripPerBlockPlan), or with `decode_splits_k` plan_weight_only_decode's
+// K splits (the decode step's). Throws std::invalid_argument, with the reason, where the kernel cannot take
+// args.
+WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, WeightOnlyPath kernel,
+                                           bool decode_splits_k = false);
 
 }  // namespace topt::kernels::gemm

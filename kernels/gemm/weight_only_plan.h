@@ -29,10 +29,11 @@ inline int64_t wgmma_min_weights(int64_t m) {
   return int64_t(3) << 24;
 }
 constexpr int64_t kWeightOnlyWgmmaMinMInt8 = 33;
-// The streaming kernel (weight_only_stream.cu): a block is 8 consumer warps (two warpgroups' worth, which
-// the grid's planner counts in) over 8 strips (128 rows) and one K range, fed by bulk copies
-// (WeightOnlyDecodePlan::stream).
-constexpr int kStreamWarpgroups = 2;
+// The streaming kernel (weight_only_stream.cu): a block is kStreamWarps consumer warps over
+// kStreamWarps / slices strips and one K range, fed by bulk copies; each strip's run of a stage is split
+// among `slices` warps (1, or 2 at up to kStreamSlicedMaxM tokens: plan_weight_only_stream).
+constexpr int kStreamWarps = 8;
+constexpr int64_t kStreamSlicedMaxM = 2;
 constexpr int64_t kWeightOnlyStreamMaxM = 16;
 
 enum class WeightOnlyPath {
@@ -98,15 +99,15 @@ constexpr int kMinDecodeChunksPerWarp = 2;  // K a warp streams per split at lea
 struct WeightOnlyDecodePlan {
   int strips_per_block = 1;
   int splits = 1;
-  // 0: the mma.sync kernel (x read by each warp into registers); 2 or 4: the wgmma kernel (or with `stream`
-  // the streaming kernel), whose block is this many warpgroups of 4 strips (strips_per_block = 4 ·
-  // warpgroups), x staged in shared memory.
-  int warpgroups = 0;
-  bool stream = false;  // the streaming kernel, kStreamWarpgroups warpgroups
+  // decode: the mma.sync kernel, x read by each warp into registers; wgmma: strips_per_block / 4
+  // warpgroups a block, x staged in shared memory; stream: the streaming kernel. Never
+  // dequantize_then_core.
+  WeightOnlyPath kernel = WeightOnlyPath::decode;
+  int resident_blocks = 0;  // the blocks the planner counted on at once (plan_weight_only_gemm's)
   int64_t blocks(int64_t n) const { return ((n + 15) / 16 + strips_per_block - 1) / strips_per_block * splits; }
   std::string describe() const {
     return std::to_string(strips_per_block) + " strips a block, " + std::to_string(splits) + " K splits" +
-           (stream ? ", streaming" : warpgroups ? ", wgmma" : "");
+           (kernel == WeightOnlyPath::stream ? ", streaming" : kernel == WeightOnlyPath::wgmma ? ", wgmma" : "");
   }
 };
 
@@ -167,15 +168,19 @@ constexpr int kWgmmaBlockOverheadChunks = 16;
 
 constexpr int wgmma_warpgroups_for(int64_t m) { return m <= 16 ? 2 : 4; }
 
-inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int warpgroups, int resident_blocks) {
+// Blocks of `strips_per_block` strips, each warp streaming 1 / `slices` of its strip's K range: the splits
+// that minimize rounds of blocks × (chunks a warp streams + kWgmmaBlockOverheadChunks).
+inline WeightOnlyDecodePlan plan_strip_blocks(int64_t n, int64_t k, int strips_per_block, int slices,
+                                              WeightOnlyPath kernel, int resident_blocks) {
   const int64_t chunks = (k + 63) / 64, resident = resident_blocks < 1 ? 1 : resident_blocks;
   const int max_splits = int(std::clamp<int64_t>(chunks / kMinWgmmaChunksPerSplit, 1, kMaxDecodeSplits));
-  WeightOnlyDecodePlan best{4 * warpgroups, 1, warpgroups};
+  WeightOnlyDecodePlan best{strips_per_block, 1, kernel};
   double best_cost = std::numeric_limits<double>::infinity();
   for (int splits = 1; splits <= max_splits; ++splits) {
-    const WeightOnlyDecodePlan plan{4 * warpgroups, splits, warpgroups};
+    const WeightOnlyDecodePlan plan{strips_per_block, splits, kernel};
     const int64_t rounds = (plan.blocks(n) + resident - 1) / resident;
-    const double cost = double(rounds) * (double((chunks + splits - 1) / splits) + kWgmmaBlockOverheadChunks);
+    const double cost =
+        double(rounds) * (double((chunks + splits - 1) / splits) / slices + kWgmmaBlockOverheadChunks);
     if (cost < best_cost) {
       best_cost = cost;
       best = plan;
@@ -184,12 +189,23 @@ inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int war
   return best;
 }
 
-// The streaming kernel's grid is planned as the wgmma kernel's (rounds of blocks × (chunks a block + a
-// block's start and sums)), with its 8 strips a block.
-inline WeightOnlyDecodePlan plan_weight_only_stream(int64_t n, int64_t k, int resident_blocks) {
-  WeightOnlyDecodePlan plan = plan_weight_only_wgmma(n, k, kStreamWarpgroups, resident_blocks);
-  plan.stream = true;
-  return plan;
+inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int warpgroups, int resident_blocks) {
+  return plan_strip_blocks(n, k, 4 * warpgroups, 1, WeightOnlyPath::wgmma, resident_blocks);
+}
+
+// The streaming kernel's grid is planned as the wgmma kernel's, with 8 strips a block; at up to
+// kStreamSlicedMaxM tokens 4 strips of 2 warps each where that takes fewer K splits (a split's partials
+// and its last block's sums cost more than the model counts: H200, µs 8 / 4 strips a block at one token,
+// K splits in brackets: 12288 × 4096 21.6 (2) / 18.5 (1), 22016 × 4096 30.7 (3) / 27.7 (1), 15360 × 5120
+// 24.7 (2) / 22.8 (1), 8192 × 8192 23.3 (4) / 22.0 (2); at equal splits the longer blocks lead: 10240 ×
+// 8192 26.7 / 28.9, 27648 × 5120 33.9 / 35.0). x's share of a stage doubles with the slices, so not above.
+inline WeightOnlyDecodePlan plan_weight_only_stream(int64_t m, int64_t n, int64_t k, int resident_blocks) {
+  const WeightOnlyDecodePlan whole =
+      plan_strip_blocks(n, k, kStreamWarps, 1, WeightOnlyPath::stream, resident_blocks);
+  if (m > kStreamSlicedMaxM) return whole;
+  const WeightOnlyDecodePlan sliced =
+      plan_strip_blocks(n, k, kStreamWarps / 2, 2, WeightOnlyPath::stream, resident_blocks);
+  return sliced.splits < whole.splits ? sliced : whole;
 }
 
 }  // namespace topt::kernels::gemm

@@ -206,22 +206,14 @@ std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t 
   inst->extra.push_back({"plan_wgmma", path == WeightOnlyPath::wgmma ? 1 : 0});
   inst->extra.push_back({"plan_stream", path == WeightOnlyPath::stream ? 1 : 0});
   if (path != WeightOnlyPath::dequantize_then_core) {
-    const bool streaming = path == WeightOnlyPath::stream;
-    const int warpgroups = path == WeightOnlyPath::wgmma ? kernels::gemm::wgmma_warpgroups_for(p.shape.m)
-                           : streaming                   ? kernels::gemm::kStreamWarpgroups
-                                                         : 0;
-    const int resident_blocks =
-        kernels::gemm::weight_only_decode_blocks_per_sm(args, warpgroups, streaming) * current_device_sm_count();
-    const kernels::gemm::WeightOnlyDecodePlan plan =
-        streaming    ? kernels::gemm::plan_weight_only_stream(p.shape.n, p.shape.k, resident_blocks)
-        : warpgroups ? kernels::gemm::plan_weight_only_wgmma(p.shape.n, p.shape.k, warpgroups, resident_blocks)
-                     : kernels::gemm::kStripPerBlockPlan;
+    const kernels::gemm::WeightOnlyDecodePlan plan = kernels::gemm::plan_weight_only_gemm(args, path);
     auto workspace = std::make_shared<DeviceBuffer>(
         std::max<size_t>(kernels::gemm::weight_only_decode_workspace_bytes(args, plan), 16), "decode partials");
     kernels::gemm::init_weight_only_decode_workspace(args, plan, workspace->get(), stream);
     inst->buffers = {workspace};
-    inst->extra.insert(inst->extra.end(), {{"plan_resident_blocks", resident_blocks},
+    inst->extra.insert(inst->extra.end(), {{"plan_resident_blocks", double(plan.resident_blocks)},
                                            {"plan_grid", double(plan.blocks(p.shape.n))},
+                                           {"plan_strips_per_block", double(plan.strips_per_block)},
                                            {"plan_splits", double(plan.splits)}});
     inst->step = [args, plan, workspace](cudaStream_t s) {
       kernels::gemm::run_weight_only_decode(args, plan, workspace->get(), s);
@@ -376,9 +368,10 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "W as A from registers",
        wgmma_range_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
       {"ours_v4", Role::ours,
-       "M <= 16: the streaming kernel alone, a block of 8 strips (128 rows) on one K range, each strip's run "
-       "of packed W, the scale rows and x's rows by bulk copies into a ring, each warp dequantizing its strip "
-       "from shared memory into mma.sync m16n8k16",
+       "M <= 16: the streaming kernel alone, a block of 8 warps on 8 strips (128 rows; at M <= 2 4 strips of 2 "
+       "warps where that saves K splits) and one K range, each strip's run of packed W, a scale row a chunk and "
+       "x's rows by bulk copies into a ring, each warp dequantizing its strip from shared memory into mma.sync "
+       "m16n8k16",
        [](const Case& c) {
          const GemmShape g(c);
          const WeightFormat f = format_of(c);

@@ -41,26 +41,15 @@ class WeightOnlyLayerGemms : public OursLayerGemms {
  public:
   WeightOnlyLayerGemms(const DecodeStepProblem& p, const StepActivations& act, cudaStream_t stream)
       : rows_(p.shape.rows()), ffn_(p.shape.model.ffn), h_(act.h->data), gate_up_(act.gate_up->data) {
-    const int sms = current_device_sm_count();
     // One plan and workspace per shape, shared by every layer's GEMM of that shape: the layers run in
     // turn on one stream, and the kernel leaves the workspace's counters at zero.
     for (Linear which : kLinears) {
       const size_t i = size_t(which);
       const g::WeightShape w = linear_shape(p.shape.model, which);
       const g::WeightOnlyGemmArgs a0 = p.weights.layers[0].quantized[i].args(nullptr, nullptr, rows_);
-      switch (g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits, /*decode_splits_k=*/true, kW4a16.asymmetric)) {
-        case g::WeightOnlyPath::stream:
-          plans_[i] = g::plan_weight_only_stream(
-              w.n, w.k, g::weight_only_decode_blocks_per_sm(a0, g::kStreamWarpgroups, /*stream=*/true) * sms);
-          break;
-        case g::WeightOnlyPath::wgmma: {
-          const int warpgroups = g::wgmma_warpgroups_for(rows_);
-          plans_[i] = g::plan_weight_only_wgmma(w.n, w.k, warpgroups,
-                                                g::weight_only_decode_blocks_per_sm(a0, warpgroups) * sms);
-          break;
-        }
-        default: plans_[i] = g::plan_weight_only_decode(rows_, w.n, w.k, sms);
-      }
+      plans_[i] = g::plan_weight_only_gemm(
+          a0, g::choose_weight_only_path(rows_, w.n, w.k, kW4a16.bits, /*decode_splits_k=*/true, kW4a16.asymmetric),
+          /*decode_splits_k=*/true);
       workspaces_[i] = DeviceBuffer(std::max<size_t>(g::weight_only_decode_workspace_bytes(a0, plans_[i]), 16),
                                     "weight-only decode workspace");
       g::init_weight_only_decode_workspace(a0, plans_[i], workspaces_[i].get(), stream);

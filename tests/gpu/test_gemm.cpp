@@ -496,8 +496,9 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
 
 // A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (one block per strip;
 // 4 strips a block and 2 splits; kMaxDecodeSplits splits, most of them on no K at all: every partial
-// slot of the last split's sum) and the wgmma kernel (2 warpgroups, 2 splits of 2 chunks: stages cut
-// short; 3 tokens in its 16-token tile, 48 rows in its 128). Three launches each: the split plans' arrival counters reset
+// slot of the last split's sum), the wgmma kernel (2 warpgroups, 2 splits of 2 chunks: stages cut
+// short; 3 tokens in its 16-token tile, 48 rows in its 128) and the streaming kernel (8 strips a block at 3
+// tokens, 4 of 2 warps each at 2). Three launches each: the split plans' arrival counters reset
 // themselves) to x · ((code − zero) · scale)ᵀ
 // computed here in double: the importer feeds the kernel as the op does.
 TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
@@ -545,9 +546,18 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
   args.n = n;
   args.k = k;
   args.format = w.format;
-  for (const WeightOnlyDecodePlan plan :
-       {kStripPerBlockPlan, WeightOnlyDecodePlan{4, 2}, WeightOnlyDecodePlan{1, kMaxDecodeSplits},
-        WeightOnlyDecodePlan{8, 2, 2}}) {
+  // The plans at 3 tokens, then the streaming kernel's sliced blocks (4 strips of 2 warps) at 2, on x's first
+  // two rows: y's first 2 · n outputs.
+  const std::vector<std::pair<int64_t, WeightOnlyDecodePlan>> runs = {
+      {m, kStripPerBlockPlan},
+      {m, WeightOnlyDecodePlan{4, 2}},
+      {m, WeightOnlyDecodePlan{1, kMaxDecodeSplits}},
+      {m, WeightOnlyDecodePlan{8, 2, WeightOnlyPath::wgmma}},
+      {m, WeightOnlyDecodePlan{8, 2, WeightOnlyPath::stream}},
+      {2, WeightOnlyDecodePlan{4, 1, WeightOnlyPath::stream}},
+      {2, WeightOnlyDecodePlan{4, 2, WeightOnlyPath::stream}}};
+  for (const auto& [tokens, plan] : runs) {
+    args.m = tokens;
     DeviceBuffer workspace(std::max<size_t>(weight_only_decode_workspace_bytes(args, plan), 16), "partials");
     init_weight_only_decode_workspace(args, plan, workspace.get(), stream);
     // Three launches: the arrival counters must return to zero after each.
@@ -555,9 +565,21 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
       poison_nan(*y, stream);
       run_weight_only_decode(args, plan, workspace.get(), stream);
       CUDA_CHECK(cudaStreamSynchronize(stream));
-      const CheckResult r = compare_host(to_host_f64(*y, stream), ref, {DType::bf16, 1, 1, k + 1}, n);
-      EXPECT_TRUE(r.passes()) << plan.describe() << ", launch " << launch << ": " << r.describe();
+      std::vector<double> out = to_host_f64(*y, stream);
+      out.resize(size_t(tokens * n));
+      const CheckResult r = compare_host(out, std::vector<double>(ref.begin(), ref.begin() + tokens * n),
+                                         {DType::bf16, 1, 1, k + 1}, n);
+      EXPECT_TRUE(r.passes()) << plan.describe() << " at " << tokens << " tokens, launch " << launch << ": "
+                              << r.describe();
     }
+  }
+  // A plan that does not tile as its kernel does is refused, with the reason.
+  args.m = m;
+  try {
+    run_weight_only_decode(args, WeightOnlyDecodePlan{4, 1, WeightOnlyPath::stream}, nullptr, stream);
+    ADD_FAILURE() << "a 4-strip streaming plan ran at 3 tokens";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("takes 8 strips a block"), std::string::npos) << e.what();
   }
 }
 

@@ -324,7 +324,7 @@ TEST(WeightOnlyPlan, WgmmaKernelSplitsKWhereThatPays) {
   constexpr int kResident2 = 132 * 2, kResident4 = 132;  // blocks of 2 and 4 warpgroups per SM
   // 7B O: 256 strips make 32 blocks of 8; K's 64 chunks take at most 4 splits, one round: 1 × (16 + 16).
   const WeightOnlyDecodePlan o = plan_weight_only_wgmma(4096, 4096, 2, kResident2);
-  EXPECT_EQ(o.warpgroups, 2);
+  EXPECT_EQ(o.kernel, WeightOnlyPath::wgmma);
   EXPECT_EQ(o.strips_per_block, 8);
   EXPECT_EQ(o.splits, 4);
   EXPECT_EQ(o.blocks(4096), 128);
@@ -368,11 +368,30 @@ TEST(WeightOnlyPlan, StreamingKernelRefusalsNameTheReason) {
   EXPECT_NE(weight_only_stream_unsupported(17, 4096, 4, false).find("m = 17"), std::string::npos);
   EXPECT_NE(weight_only_stream_unsupported(1, 44, 4, false).find("multiple of 8"), std::string::npos);
   EXPECT_NE(weight_only_stream_unsupported(1, 40, 4, true).find("multiple of 16"), std::string::npos);
-  const WeightOnlyDecodePlan p = plan_weight_only_stream(4096, 4096, 132 * 2);
-  EXPECT_TRUE(p.stream);
-  EXPECT_EQ(p.warpgroups, kStreamWarpgroups);
-  EXPECT_EQ(p.strips_per_block, 4 * kStreamWarpgroups);
+  const WeightOnlyDecodePlan p = plan_weight_only_stream(16, 4096, 4096, 132 * 2);
+  EXPECT_EQ(p.kernel, WeightOnlyPath::stream);
+  EXPECT_EQ(p.strips_per_block, kStreamWarps);
   EXPECT_NE(p.describe().find("streaming"), std::string::npos);
+}
+
+// At 1-2 tokens the streaming kernel takes blocks of 4 strips (2 warps a strip) where they need fewer K
+// splits than blocks of 8; never above 2 tokens, nor at equal splits (H200: 264 blocks at once).
+TEST(WeightOnlyPlan, StreamingKernelSlicesStripsWhereThatSavesKSplits) {
+  constexpr int kResident = 132 * 2;
+  auto strips = [](int64_t m, int64_t n, int64_t k) {
+    return plan_weight_only_stream(m, n, k, kResident).strips_per_block;
+  };
+  for (int64_t m : {1, 2}) {
+    EXPECT_EQ(strips(m, 12288, 4096), 4) << m;  // 2 splits → 1
+    EXPECT_EQ(strips(m, 22016, 4096), 4) << m;  // 3 → 1
+    EXPECT_EQ(strips(m, 8192, 8192), 4) << m;   // 4 → 2
+    EXPECT_EQ(strips(m, 27648, 5120), 8) << m;  // 1 split either way
+    EXPECT_EQ(strips(m, 57344, 8192), 8) << m;
+    EXPECT_EQ(strips(m, 10240, 8192), 8) << m;  // 3 either way
+  }
+  EXPECT_LT(plan_weight_only_stream(1, 12288, 4096, kResident).splits,
+            plan_weight_only_stream(3, 12288, 4096, kResident).splits);
+  for (int64_t m : {3, 16}) EXPECT_EQ(strips(m, 12288, 4096), 8) << m;
 }
 
 // The shipped configs: W4A16 group 128 on every Llama-2 layer at every token count the issue names, the
