@@ -200,14 +200,20 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
     }
   } else {  // the consumers
     pdl_begin(pdl);
-    const int g = lane / 4, t = lane % 4, strip = warp % kStrips, slice = warp / kStrips;
-    const int u0 = slice * kWarpChunks;  // the warp's first chunk of a stage
-    const uint32_t w_lane = strip * C::kStripStageBytes + lane * lane_chunk_bytes(kBits);
+    const int g = lane / 4, t = lane % 4;
+    const int strip = kSlices == 1 ? warp : warp % kStrips, slice = kSlices == 1 ? 0 : warp / kStrips;
+    // The lane's bytes of the warp's first chunk of a stage (chunk u0), so that the unrolled chunks' offsets
+    // are immediates.
+    const int u0 = slice * kWarpChunks;
+    const uint32_t w_lane = strip * C::kStripStageBytes + lane * lane_chunk_bytes(kBits) + u0 * chunk_bytes(kBits);
     const uint32_t param_row = 2 * (strip * kStripN + g);  // the lane's first row's scale, in a chunk's run
-    uint32_t x_lane[kMTiles];  // the lane's B fragments' bytes of chunk 0, per token tile
+    const uint32_t scale_lane = param_row + u0 * C::kChunkScaleBytes;
+    const uint32_t zero_lane = param_row / 2 + u0 * C::kChunkZeroBytes;
+    uint32_t x_lane[kMTiles];  // the lane's B fragments' bytes, per token tile
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) x_lane[mt] = min(8 * mt + g, m - 1) * C::kXRowStride + 32 * t;
-    // Chunk u of the stage in `slot`.
+    for (int mt = 0; mt < kMTiles; ++mt)
+      x_lane[mt] = min(8 * mt + g, m - 1) * C::kXRowStride + 32 * t + u0 * kChunkK * 2;
+    // The warp's chunk u0 + u of the stage in `slot`.
     auto consume = [&](int slot, int u) {
       uint32_t words[lane_chunk_bytes(kBits) / 4];
 #pragma unroll
@@ -223,10 +229,10 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       if constexpr (kBits == 4) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const uint32_t at = scale_region(slot) + u * C::kChunkScaleBytes + param_row + 16 * r;
+          const uint32_t at = scale_region(slot) + u * C::kChunkScaleBytes + scale_lane + 16 * r;
           asm volatile("ld.shared.u16 %0, [%1];" : "=r"(loaded.scale[r]) : "r"(at));
           if constexpr (kZeros) {
-            const uint32_t z = zero_region(slot) + u * C::kChunkZeroBytes + param_row / 2 + 8 * r;
+            const uint32_t z = zero_region(slot) + u * C::kChunkZeroBytes + zero_lane + 8 * r;
             asm volatile("ld.shared.u8 %0, [%1];" : "=r"(loaded.zero[r]) : "r"(z));
           }
         }
@@ -262,9 +268,9 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       const int chunks = min(kStageChunks, c_end - stage_begin(s));
       if (chunks == kStageChunks) {  // every stage but maybe the last: no bound to check
 #pragma unroll
-        for (int u = u0; u < u0 + kWarpChunks; ++u) consume(slot, u);
+        for (int u = 0; u < kWarpChunks; ++u) consume(slot, u);
       } else {
-        for (int u = u0; u < min(u0 + kWarpChunks, chunks); ++u) consume(slot, u);
+        for (int u = 0; u < min(kWarpChunks, chunks - u0); ++u) consume(slot, u);
       }
       mbar_arrive(empty(slot));
     }
