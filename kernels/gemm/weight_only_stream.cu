@@ -16,10 +16,9 @@
 // - Producer (warp 8): per stage of kStageChunks chunks, each strip's run of them is contiguous in the
 //   packed layout: one bulk copy per strip, one per chunk of its group's scale row (the block's rows of a
 //   group are contiguous in [groups, N]; zeros likewise; a row per chunk, not per group, spares the
-//   consumers a division a chunk: H200, 70B gate+up 85.3 → 79.1 µs at one token, 135.5 → 121.4 at 16),
-//   and one per token of x's K range, all completing the stage's full barrier by bytes. Where K ends
-//   inside a stage, the producer zeroes the rest of the tokens' rows first (the padding codes dequantize
-//   to 0, and 0 · NaN would poison).
+//   consumers a division a chunk), and one per token of x's K range, all completing the stage's full
+//   barrier by bytes. Where K ends inside a stage, the producer zeroes the rest of the tokens' rows first
+//   (the padding codes dequantize to 0, and 0 · NaN would poison).
 // - Consumers (warps 0-7): warp w takes strip w % strips and the (w / strips)-th of the kSlices parts of
 //   its run in each stage (the slices' sums meet in finish_strips); per chunk, one 16-byte shared load of
 //   its lane's piece (the m16n8k16 A fragments of the chunk's 4 k16 tiles, weight_only_layout.h), two of x
