@@ -403,14 +403,21 @@ WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, Weigh
   const DecodeLaunch l = launch_for(args, shape);
   int blocks_per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, l.kernel, l.threads, l.smem));
-  const int sms = current_device_sm_count(), resident = blocks_per_sm * sms;
+  const int sms = current_device_sm_count();
+  int resident = blocks_per_sm * sms;
   WeightOnlyDecodePlan plan;
   switch (kernel) {
     case WeightOnlyPath::stream: plan = plan_weight_only_stream(args.m, args.n, args.k, resident); break;
     case WeightOnlyPath::wgmma:
       plan = plan_weight_only_wgmma(args.n, args.k, wgmma_warpgroups_for(args.m), resident);
       break;
-    default: plan = decode_splits_k ? plan_weight_only_decode(args.m, args.n, args.k, sms) : kStripPerBlockPlan;
+    default:
+      if (decode_splits_k) {  // the decode step's split plans count one block an SM, as they always have
+        resident = sms;
+        plan = plan_weight_only_decode(args.m, args.n, args.k, resident);
+      } else {
+        plan = kStripPerBlockPlan;
+      }
   }
   plan.resident_blocks = resident;
   return plan;
