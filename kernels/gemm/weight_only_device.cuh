@@ -1,6 +1,7 @@
 // The weight-only GEMM kernels' shared device pieces (weight_only_gemm.cu's decode kernel, weight_only_wgmma.cu's
-// wgmma kernel, weight_only_stream.cu's streaming kernel): their parameters, the scale groups' loads, the packed words' dequantization into mma A
-// fragments, the chunks' loads, and the block's final sums (split partials included).
+// wgmma kernel, weight_only_stream.cu's streaming kernel): their parameters, the scale groups' loads, the packed
+// words' dequantization into mma A fragments, the chunks' loads, and the block's final sums (split partials
+// included).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -301,7 +302,7 @@ struct DecodeLaunch {
 // (weight_only_wgmma.cu).
 DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
 // The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM) with
-// `strips_per_block` (kStreamWarps / stream_slices), its shared memory allowed (weight_only_stream.cu).
+// `strips_per_block` (plan_weight_only_stream's), its shared memory allowed (weight_only_stream.cu).
 DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per_block);
 
 }  // namespace topt::kernels::gemm::weight_only

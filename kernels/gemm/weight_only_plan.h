@@ -39,17 +39,12 @@ constexpr int64_t kWeightOnlyStreamMaxM = 16;
 enum class WeightOnlyPath {
   decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync, x read by every warp
   wgmma,                 // weight_only_wgmma_kernel: weights and x through shared memory, x read once a block
-  stream,                // weight_only_stream_kernel: bulk copies of whole runs into a ring, one warpgroup
+  stream,                // weight_only_stream_kernel: bulk copies of whole runs into a ring, 8 consumer warps
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
-// `decode_splits_k`: the decode kernel the wgmma kernel stands against runs plan_weight_only_decode's
-// plans (the decode step's), not one strip a block over all of K (the op's). Against those the wgmma
-// kernel leads from 2^26 weights at any token count it takes: H200, 70B w4a16 decode step at batch 16,
-// 22.2-22.8 ms with it on all four linear layers against 25.9-26.6 with QKV (10240 × 8192) and O
-// (8192 × 8192) on the decode kernel.
 // Why the streaming kernel cannot take this GEMM, or "": up to 16 tokens (two n8 token tiles); int4's scale
-// rows (and zero rows) of a block's 128 outputs go by bulk copies, whose sizes and addresses are 16-byte
+// rows (and zero rows) of a block's 64 or 128 outputs go by bulk copies, whose sizes and addresses are 16-byte
 // multiples: N a multiple of 8 (bf16 scales), of 16 with zero points (one byte each).
 inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits, bool zeros) {
   if (m > kWeightOnlyStreamMaxM)
@@ -74,6 +69,11 @@ inline bool weight_only_stream_leads(int64_t m, int64_t n, int64_t k, bool decod
   return k >= 5120 && n * k >= (m <= 2 ? int64_t(1) << 27 : int64_t(1) << 26);
 }
 
+// `decode_splits_k`: the decode kernel the wgmma kernel stands against runs plan_weight_only_decode's
+// plans (the decode step's), not one strip a block over all of K (the op's). Against those the wgmma
+// kernel leads from 2^26 weights at any token count it takes: H200, 70B w4a16 decode step at batch 16,
+// 22.2-22.8 ms with it on all four linear layers against 25.9-26.6 with QKV (10240 × 8192) and O
+// (8192 × 8192) on the decode kernel.
 inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false,
                                               bool zeros = false) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
