@@ -3,6 +3,7 @@
 // words' dequantization into mma A fragments, the chunks' loads, and the block's final sums (split partials
 // included).
 #pragma once
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -23,16 +24,37 @@ struct DecodeParams {
   __nv_bfloat16* out;
   float* partials;  // splits > 1: fp32 [splits, M, N]
   int* arrivals;    // splits > 1: splits finished per block column (blockIdx.x), zero between launches
+  uint8_t* x_tiles;  // the wgmma kernel: x as its B tiles (stage_wgmma_x)
+  // The wgmma kernel's TMA maps of the packed weights and of int4's scale and zero rows (run_wgmma sets them).
+  CUtensorMap w_map, scale_map, zero_map;
   int64_t m, n, k, chunks;
   int full_chunks;                // chunks wholly inside K: x is read there without bounds checks
   UnsignedDivider chunk_to_group;  // chunk → its scale group (chunks per group)
   int strips_per_block, splits;
 };
 
+// A plan's workspace, in bytes: K splits' fp32 partials [splits, M, N] and an arrival counter per block
+// column; the wgmma kernel's x tiles (wgmma_tile_n(M) token rows of 128 bytes a chunk) 1024-byte aligned
+// after them.
+struct DecodeWorkspaceLayout {
+  size_t arrivals = 0, x_tiles = 0, bytes = 0;
+  DecodeWorkspaceLayout(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePlan& plan) {
+    const WeightShape shape{a.n, a.k};
+    const int64_t block_columns = (shape.strips() + plan.strips_per_block - 1) / plan.strips_per_block;
+    arrivals = plan.splits > 1 ? size_t(plan.splits) * size_t(a.m * a.n) * sizeof(float) : 0;
+    bytes = arrivals + (plan.splits > 1 ? size_t(block_columns) * sizeof(int) : 0);
+    if (plan.kernel == WeightOnlyPath::wgmma) {
+      x_tiles = (bytes + 1023) / 1024 * 1024;
+      bytes = x_tiles + size_t(wgmma_tile_n(a.m)) * size_t(shape.chunks()) * 128;
+    }
+  }
+};
+
 inline DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyDecodePlan& plan = kStripPerBlockPlan,
                            void* workspace = nullptr) {
   const WeightShape shape{a.n, a.k};
   const int64_t chunks = shape.chunks();
+  const DecodeWorkspaceLayout layout(a, plan);
   DecodeParams p;
   p.x = static_cast<const __nv_bfloat16*>(a.x);
   p.packed = static_cast<const uint4*>(a.packed);
@@ -40,7 +62,8 @@ inline DecodeParams decode_params(const WeightOnlyGemmArgs& a, const WeightOnlyD
   p.zeros = a.zeros;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.partials = static_cast<float*>(workspace);
-  p.arrivals = reinterpret_cast<int*>(p.partials + (plan.splits > 1 ? plan.splits * a.m * a.n : 0));
+  p.arrivals = reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + layout.arrivals);
+  p.x_tiles = static_cast<uint8_t*>(workspace) + layout.x_tiles;
   p.m = a.m;
   p.n = a.n;
   p.k = a.k;
@@ -96,6 +119,19 @@ __device__ __forceinline__ LoadedRowGroupParams load_row_group_params(const Deco
     const uint32_t at = group * uint32_t(p.n) + rows.row[r];
     loaded.scale[r] = __ldg(reinterpret_cast<const unsigned short*>(p.scales) + at);
     if (zeros) loaded.zero[r] = __ldg(p.zeros + at);
+  }
+  return loaded;
+}
+
+// The same from a chunk's scale (and zero) row in shared memory, as the streaming and wgmma kernels copy it:
+// `scale_at` is row g's scale (row g + 8's 16 bytes on), `zero_at` its zero code (8 bytes on).
+template <bool kZeros>
+__device__ __forceinline__ LoadedRowGroupParams lds_row_group_params(uint32_t scale_at, uint32_t zero_at) {
+  LoadedRowGroupParams loaded;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    asm volatile("ld.shared.u16 %0, [%1];" : "=r"(loaded.scale[r]) : "r"(scale_at + 16 * r));
+    if constexpr (kZeros) asm volatile("ld.shared.u8 %0, [%1];" : "=r"(loaded.zero[r]) : "r"(zero_at + 8 * r));
   }
   return loaded;
 }
@@ -215,22 +251,26 @@ __device__ __forceinline__ LoadedRowGroupParams chunk_group_params(const LoadedR
   return chunk;
 }
 
-// The block's sums: each warp's accumulators (acc[mt][i]: row g + 8·(i >> 1) of its strip, token
-// 8·mt + 2t + (i & 1)) meet in `partial` [warps][kMTiles · 8][kStripN + 1] (shared), summed over the
-// `slices` warps of each of the block's strips (warp w: strip w % strips_per_block). One split writes y
-// (int8: times the channel's scale, in fp32); several write fp32 partials that the last of them to
-// finish sums (no second launch); it resets the arrival counter, which no other split of this launch
-// reads again, for the next launch.
-template <int kBits, int kMTiles, int kOutputsInFlight>
-__device__ __forceinline__ void finish_strips(const DecodeParams& p, const float (&acc)[kMTiles][4],
-                                              float (*partial)[kMTiles * 8][kStripN + 1], int strips_per_block,
-                                              int slices) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+// The block's sums: each warp's accumulators of a strip (acc[mt][i]: row g + 8·(i >> 1), token
+// 8·mt + 2t + (i & 1)) go to a slot of `partial` [slots][kMTiles · 8][kStripN + 1] (shared;
+// store_strip_partial), and after a block barrier sum_strips sums the `slices` slots of each of the
+// block's strips (slot w: strip w % strips_per_block). One split writes y (int8: times the channel's
+// scale, in fp32); several write fp32 partials that the last of them to finish sums (no second launch);
+// it resets the arrival counter, which no other split of this launch reads again, for the next launch.
+// finish_strips does all three for kernels whose warp w holds one strip's sums, in slot w.
+template <int kMTiles>
+__device__ __forceinline__ void store_strip_partial(float (*partial)[kMTiles * 8][kStripN + 1],
+                                                    const float (&acc)[kMTiles][4], int slot) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
-  __syncthreads();
+    for (int i = 0; i < 4; ++i) partial[slot][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
+}
+
+template <int kBits, int kMTiles, int kOutputsInFlight, int kSplitsInFlight = 1>
+__device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partial)[kMTiles * 8][kStripN + 1],
+                                           int strips_per_block, int slices) {
   constexpr int kStripOutputs = kMTiles * 8 * kStripN;  // (token, row) of one strip
   auto store = [&](int token, int64_t col, float sum) {
     if constexpr (kBits == 8) sum *= __bfloat162float(p.scales[col]);
@@ -257,10 +297,10 @@ __device__ __forceinline__ void finish_strips(const DecodeParams& p, const float
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  // A thread's outputs in groups of kOutputsInFlight, each split's loads of a group issued before their
-  // adds: `splits` L2 round trips per group, not per output (the wgmma kernel, 8 outputs a thread at 16
-  // tokens, spent ~15% of its stall samples here loading one output's splits at a time; the decode
-  // kernel's 80 registers hold 4).
+  // A thread's outputs in groups of kOutputsInFlight, the loads of kSplitsInFlight splits of a group issued
+  // before their adds: splits / kSplitsInFlight L2 round trips per group, not per output (the wgmma kernel,
+  // 8 outputs a thread at 16 tokens, spent ~15% of its stall samples here loading one output's splits at a
+  // time; the decode kernel's 80 registers hold 4 outputs of one split).
   const int outputs = strips_per_block * kStripOutputs;
   for (int i0 = threadIdx.x; i0 < outputs; i0 += kOutputsInFlight * blockDim.x) {
     int token[kOutputsInFlight];
@@ -275,18 +315,33 @@ __device__ __forceinline__ void finish_strips(const DecodeParams& p, const float
       stored[j] = i < outputs && token[j] < p.m && col[j] < p.n;
       sum[j] = 0.f;
     }
-    for (int s = 0; s < p.splits; ++s) {
-      float split_sums[kOutputsInFlight];
+    for (int s0 = 0; s0 < p.splits; s0 += kSplitsInFlight) {
+      float split_sums[kSplitsInFlight][kOutputsInFlight];
 #pragma unroll
-      for (int j = 0; j < kOutputsInFlight; ++j)
-        split_sums[j] = stored[j] ? __ldcg(p.partials + (int64_t(s) * p.m + token[j]) * p.n + col[j]) : 0.f;  // L2
+      for (int ds = 0; ds < kSplitsInFlight; ++ds)
 #pragma unroll
-      for (int j = 0; j < kOutputsInFlight; ++j) sum[j] += split_sums[j];
+        for (int j = 0; j < kOutputsInFlight; ++j)
+          split_sums[ds][j] = stored[j] && s0 + ds < p.splits
+                                  ? __ldcg(p.partials + (int64_t(s0 + ds) * p.m + token[j]) * p.n + col[j])  // L2
+                                  : 0.f;
+#pragma unroll
+      for (int ds = 0; ds < kSplitsInFlight; ++ds)
+#pragma unroll
+        for (int j = 0; j < kOutputsInFlight; ++j) sum[j] += split_sums[ds][j];
     }
 #pragma unroll
     for (int j = 0; j < kOutputsInFlight; ++j)
       if (stored[j]) store(token[j], col[j], sum[j]);
   }
+}
+
+template <int kBits, int kMTiles, int kOutputsInFlight>
+__device__ __forceinline__ void finish_strips(const DecodeParams& p, const float (&acc)[kMTiles][4],
+                                              float (*partial)[kMTiles * 8][kStripN + 1], int strips_per_block,
+                                              int slices) {
+  store_strip_partial<kMTiles>(partial, acc, threadIdx.x / 32);
+  __syncthreads();
+  sum_strips<kBits, kMTiles, kOutputsInFlight>(p, partial, strips_per_block, slices);
 }
 
 using DecodeKernel = void (*)(DecodeParams, PdlLaunch);
@@ -301,6 +356,8 @@ struct DecodeLaunch {
 // The wgmma kernel for args' bits, zero points and token count (9..64), its shared memory allowed
 // (weight_only_wgmma.cu).
 DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
+// The wgmma kernel's launch on `grid`: x's tiles staged into p.x_tiles, the TMA maps, then the kernel.
+void run_wgmma(const WeightOnlyGemmArgs& args, DecodeParams p, dim3 grid, cudaStream_t stream);
 // The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM) with
 // `strips_per_block` (plan_weight_only_stream's), its shared memory allowed (weight_only_stream.cu).
 DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per_block);

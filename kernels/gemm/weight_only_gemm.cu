@@ -301,9 +301,8 @@ std::string plan_mismatch(const WeightOnlyGemmArgs& args, const WeightOnlyDecode
       return "the streaming kernel at m = " + std::to_string(args.m) + " takes " + std::to_string(kStreamWarps) +
              (args.m <= kStreamSlicedMaxM ? " or " + std::to_string(kStreamWarps / 2) : "") + " strips a block";
     case WeightOnlyPath::wgmma:
-      if (strips == 4 * wgmma_warpgroups_for(args.m)) return "";
-      return "the wgmma kernel at m = " + std::to_string(args.m) + " takes " +
-             std::to_string(4 * wgmma_warpgroups_for(args.m)) + " strips a block";
+      if (strips == kWgmmaStrips) return "";
+      return "the wgmma kernel takes " + std::to_string(kWgmmaStrips) + " strips a block";
     default:
       if (strips >= 1 && kDecodeWarps % strips == 0) return "";
       return "the decode kernel's strips a block divide its " + std::to_string(kDecodeWarps) + " warps";
@@ -318,6 +317,8 @@ std::string kernel_unsupported(const WeightOnlyGemmArgs& args, WeightOnlyPath ke
   switch (kernel) {
     case WeightOnlyPath::stream:
       return weight_only_stream_unsupported(args.m, args.n, args.format.bits, args.zeros != nullptr);
+    case WeightOnlyPath::wgmma:
+      return weight_only_param_rows_unsupported(args.n, args.format.bits, args.zeros != nullptr);
     case WeightOnlyPath::dequantize_then_core: return "dequantize_then_core has no decode plan";
     default: return "";
   }
@@ -371,9 +372,7 @@ void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_
 }
 
 size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan) {
-  if (plan.splits == 1) return 0;
-  const int64_t block_columns = (WeightShape{args.n, args.k}.strips() + plan.strips_per_block - 1) / plan.strips_per_block;
-  return size_t(plan.splits) * size_t(args.m * args.n) * sizeof(float) + size_t(block_columns) * sizeof(int);
+  return DecodeWorkspaceLayout(args, plan).bytes;
 }
 
 void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan,
@@ -389,6 +388,7 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
                   unsigned(p.splits));
   if (const std::string why = plan_mismatch(args, plan); !why.empty())  // integer compares, unless wrong
     throw std::invalid_argument("run_weight_only_decode: " + plan.describe() + ": " + why);
+  if (plan.kernel == WeightOnlyPath::wgmma) return run_wgmma(args, p, grid, stream);
   const DecodeLaunch l = launch_for(args, plan);
   launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
@@ -399,7 +399,7 @@ WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, Weigh
     throw std::invalid_argument("plan_weight_only_gemm: " + why);
   WeightOnlyDecodePlan shape;  // the launch's kernel and block, for its occupancy (the same at every slicing)
   shape.kernel = kernel;
-  shape.strips_per_block = kernel == WeightOnlyPath::wgmma ? 4 * wgmma_warpgroups_for(args.m) : kStreamWarps;
+  shape.strips_per_block = kernel == WeightOnlyPath::wgmma ? kWgmmaStrips : kStreamWarps;
   const DecodeLaunch l = launch_for(args, shape);
   int blocks_per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, l.kernel, l.threads, l.smem));
@@ -409,7 +409,7 @@ WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, Weigh
   switch (kernel) {
     case WeightOnlyPath::stream: plan = plan_weight_only_stream(args.m, args.n, args.k, resident); break;
     case WeightOnlyPath::wgmma:
-      plan = plan_weight_only_wgmma(args.n, args.k, wgmma_warpgroups_for(args.m), resident);
+      plan = plan_weight_only_wgmma(args.n, args.k, resident);
       break;
     default:
       if (decode_splits_k) {  // the decode step's split plans count one block an SM, as they always have

@@ -15,20 +15,19 @@ constexpr int64_t kWeightOnlyDecodeMaxM = 64;
 // From this many tokens the wgmma kernel can take a GEMM: up to 8, one n8 token tile of mma.sync wastes
 // nothing and x's traffic is small.
 constexpr int64_t kWeightOnlyWgmmaMinM = 9;
-// Where the wgmma kernel leads the decode kernel: on weights (N · K) from a size that falls as the tokens
-// grow, since the decode kernel's x traffic grows with them and the wgmma kernel's blocks (8 or 16 strips
-// on one K range) need wide weights to fill the SMs without K splits. Measured on the H200 on the Llama-2
-// layers (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel"; µs decode / wgmma): at 16 tokens 57344 × 8192
-// 145.0 / 132.9, 8192 × 28672 94.4 / 67.8, 27648 × 5120 53.3 / 49.2, 22016 × 4096 36.4 / 36.7, 10240 × 8192
-// 36.1 / 37.7 (8192 × 8192 33.4 / 30.4: the one layer the rule misplaces); at 32 8192 × 8192 37.3 / 39.9,
-// 5120 × 13824 51.6 / 45.0; at 64 12288 × 4096 65.1 / 52.4, 4096 × 11008 51.7 / 57.5. int8 loses at 16 and
-// 32 tokens (57344 × 8192: 189.9 / 291.2, 247.6 / 298.9) and leads at 64 (503.0 / 325.5).
-inline int64_t wgmma_min_weights(int64_t m) {
-  if (m <= 16) return int64_t(1) << 27;
-  if (m <= 32) return (int64_t(1) << 26) + 1;
+// Where the wgmma kernel leads the others: on weights (N · K) from a size that falls as the tokens grow,
+// since the decode kernel's x traffic grows with them and the wgmma kernel's blocks (16 strips on one K
+// range) need wide weights to fill the SMs without K splits. Measured on the H200 on the Llama-2 layers
+// (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel, session 28"; µs decode / streaming / wgmma): at 16 tokens
+// 57344 × 8192 140.2 / 130.6 / 102.5, 8192 × 28672 88.9 / 62.6 / 55.7, 27648 × 5120 51.9 / 43.4 / 38.4,
+// 10240 × 8192 34.1 / 31.1 / 32.4 (2^26.3 weights: the streaming kernel's); at 32 8192 × 8192 36.5 / 36.0
+// (decode / wgmma), 12288 × 4096 31.7 / 33.8; at 64 12288 × 4096 61.1 / 46.8, 4096 × 11008 49.5 / 55.6.
+// int8 from 2^27 weights at 9-32 tokens (57344 × 8192 at 16: 196.0 / 143.4; 8192 × 28672 109.2 / 80.6).
+inline int64_t wgmma_min_weights(int64_t m, int bits) {
+  if (m <= 16 || (bits == 8 && m <= 32)) return int64_t(1) << 27;
+  if (m <= 32) return int64_t(1) << 26;
   return int64_t(3) << 24;
 }
-constexpr int64_t kWeightOnlyWgmmaMinMInt8 = 33;
 // The streaming kernel (weight_only_stream.cu): a block is kStreamWarps consumer warps over
 // kStreamWarps / slices strips and one K range, fed by bulk copies; each strip's run of a stage is split
 // among `slices` warps (1, or 2 at up to kStreamSlicedMaxM tokens: plan_weight_only_stream).
@@ -43,16 +42,22 @@ enum class WeightOnlyPath {
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
-// Why the streaming kernel cannot take this GEMM, or "": up to 16 tokens (two n8 token tiles); int4's scale
-// rows (and zero rows) of a block's 64 or 128 outputs go by bulk copies, whose sizes and addresses are 16-byte
-// multiples: N a multiple of 8 (bf16 scales), of 16 with zero points (one byte each).
-inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits, bool zeros) {
-  if (m > kWeightOnlyStreamMaxM)
-    return "m = " + std::to_string(m) + " is past the streaming kernel's " + std::to_string(kWeightOnlyStreamMaxM);
+// Why a kernel that copies int4's scale rows (and zero rows) of a block's outputs by bulk copies, whose sizes
+// and addresses are 16-byte multiples, cannot take N, or "": N a multiple of 8 (bf16 scales), of 16 with zero
+// points. The streaming and wgmma kernels do.
+inline std::string weight_only_param_rows_unsupported(int64_t n, int bits, bool zeros) {
   if (bits == 4 && n % (zeros ? 16 : 8) != 0)
     return "n = " + std::to_string(n) + " is not a multiple of " + (zeros ? "16" : "8") +
            " (the scale" + (zeros ? " and zero" : "") + " rows' bulk copies take 16-byte runs)";
   return "";
+}
+
+// Why the streaming kernel cannot take this GEMM, or "": up to 16 tokens (two n8 token tiles), and the
+// parameter rows' bulk copies.
+inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits, bool zeros) {
+  if (m > kWeightOnlyStreamMaxM)
+    return "m = " + std::to_string(m) + " is past the streaming kernel's " + std::to_string(kWeightOnlyStreamMaxM);
+  return weight_only_param_rows_unsupported(n, bits, zeros);
 }
 
 // The streaming kernel (int4) leads both on weights from 2^27 at 1-2 tokens and 2^26 at 3-16, with K from
@@ -69,20 +74,18 @@ inline bool weight_only_stream_leads(int64_t m, int64_t n, int64_t k, bool decod
   return k >= 5120 && n * k >= (m <= 2 ? int64_t(1) << 27 : int64_t(1) << 26);
 }
 
-// `decode_splits_k`: the decode kernel the wgmma kernel stands against runs plan_weight_only_decode's
-// plans (the decode step's), not one strip a block over all of K (the op's). Against those the wgmma
-// kernel leads from 2^26 weights at any token count it takes: H200, 70B w4a16 decode step at batch 16,
-// 22.2-22.8 ms with it on all four linear layers against 25.9-26.6 with QKV (10240 × 8192) and O
-// (8192 × 8192) on the decode kernel.
+// The wgmma kernel where it leads, then the streaming kernel (int4, up to 16 tokens) where it leads, then the
+// decode kernel; above kWeightOnlyDecodeMaxM tokens the core. `decode_splits_k` (the decode step's plans of
+// the decode kernel) moves only the streaming kernel's share.
 inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false,
                                               bool zeros = false) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
+  if (m >= kWeightOnlyWgmmaMinM && n * k >= wgmma_min_weights(m, bits) &&
+      weight_only_param_rows_unsupported(n, bits, zeros).empty())
+    return WeightOnlyPath::wgmma;
   if (bits == 4 && weight_only_stream_leads(m, n, k, decode_splits_k) &&
       weight_only_stream_unsupported(m, n, bits, zeros).empty())
     return WeightOnlyPath::stream;
-  const int64_t min_m = bits == 8 ? kWeightOnlyWgmmaMinMInt8 : kWeightOnlyWgmmaMinM;
-  const int64_t min_weights = decode_splits_k ? int64_t(1) << 26 : wgmma_min_weights(m);
-  if (m >= min_m && n * k >= min_weights) return WeightOnlyPath::wgmma;
   return WeightOnlyPath::decode;
 }
 
@@ -99,8 +102,8 @@ constexpr int kMinDecodeChunksPerWarp = 2;  // K a warp streams per split at lea
 struct WeightOnlyDecodePlan {
   int strips_per_block = 1;
   int splits = 1;
-  // decode: the mma.sync kernel, x read by each warp into registers; wgmma: strips_per_block / 4
-  // warpgroups a block, x staged in shared memory; stream: the streaming kernel. Never
+  // decode: the mma.sync kernel, x read by each warp into registers; wgmma: kWgmmaStrips strips a
+  // block, x staged in shared memory; stream: the streaming kernel. Never
   // dequantize_then_core.
   WeightOnlyPath kernel = WeightOnlyPath::decode;
   int resident_blocks = 0;  // the blocks the planner counted on at once (plan_weight_only_gemm's)
@@ -155,18 +158,19 @@ inline WeightOnlyDecodePlan plan_weight_only_decode(int64_t m, int64_t n, int64_
   return best;
 }
 
-// The wgmma kernel (M = kWeightOnlyWgmmaMinM..kWeightOnlyDecodeMaxM): every warp of a block walks the
-// block's K range, x staged once per block in shared memory, so x's L2 traffic per weight byte is
-// M / (16 · warpgroups): 2 warpgroups up to 16 tokens (two blocks an SM), 4 above (one). A block first
-// fills its pipeline and last sums its partials, which costs about kWgmmaBlockOverheadChunks chunks of
-// streaming (measured on the H200: 70B gate+up at M = 16 ran 145 µs whole and 192 µs in 7 splits of 18
-// chunks, though 7 splits fill the last wave to 99% against 85%). So K is split to fill the SMs only
-// where that pays: the splits (each at least kMinWgmmaChunksPerSplit chunks) that minimize rounds of
-// blocks × (chunks a block + that overhead).
+// The wgmma kernel (M = kWeightOnlyWgmmaMinM..kWeightOnlyDecodeMaxM): a block of kWgmmaStrips strips (two
+// consumer warpgroups of two m64 row groups each) walks its K range with x's tiles staged once a block, so
+// x's L2 traffic per weight byte is M / (4 · kWgmmaStrips). A block first fills its pipeline and last sums
+// its partials, which costs about kWgmmaBlockOverheadChunks chunks of streaming (measured on the H200: 70B
+// gate+up at M = 16 ran 145 µs whole and 192 µs in 7 splits of 18 chunks, though 7 splits fill the last
+// wave to 99% against 85%). So K is split to fill the SMs only where that pays: the splits (each at least
+// kMinWgmmaChunksPerSplit chunks) that minimize rounds of blocks × (chunks a block + that overhead).
+constexpr int kWgmmaStrips = 16;
 constexpr int kMinWgmmaChunksPerSplit = 16;
 constexpr int kWgmmaBlockOverheadChunks = 16;
 
-constexpr int wgmma_warpgroups_for(int64_t m) { return m <= 16 ? 2 : 4; }
+// The wgmma kernel's token tile, wgmma's N: M rounded up to 16, 32 or 64.
+constexpr int wgmma_tile_n(int64_t m) { return m <= 16 ? 16 : m <= 32 ? 32 : 64; }
 
 // Blocks of `strips_per_block` strips, each warp streaming 1 / `slices` of its strip's K range: the splits
 // that minimize rounds of blocks × (chunks a warp streams + kWgmmaBlockOverheadChunks).
@@ -189,8 +193,8 @@ inline WeightOnlyDecodePlan plan_strip_blocks(int64_t n, int64_t k, int strips_p
   return best;
 }
 
-inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int warpgroups, int resident_blocks) {
-  return plan_strip_blocks(n, k, 4 * warpgroups, 1, WeightOnlyPath::wgmma, resident_blocks);
+inline WeightOnlyDecodePlan plan_weight_only_wgmma(int64_t n, int64_t k, int resident_blocks) {
+  return plan_strip_blocks(n, k, kWgmmaStrips, 1, WeightOnlyPath::wgmma, resident_blocks);
 }
 
 // The streaming kernel's grid is planned as the wgmma kernel's, with 8 strips a block; at up to

@@ -225,17 +225,9 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
         lds128(x_region(slot) + x_lane[mt] + u * kChunkK * 2 + 16, &xb[mt][4]);
       }
       LoadedRowGroupParams loaded;
-      if constexpr (kBits == 4) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t at = scale_region(slot) + u * C::kChunkScaleBytes + scale_lane + 16 * r;
-          asm volatile("ld.shared.u16 %0, [%1];" : "=r"(loaded.scale[r]) : "r"(at));
-          if constexpr (kZeros) {
-            const uint32_t z = zero_region(slot) + u * C::kChunkZeroBytes + zero_lane + 8 * r;
-            asm volatile("ld.shared.u8 %0, [%1];" : "=r"(loaded.zero[r]) : "r"(z));
-          }
-        }
-      }
+      if constexpr (kBits == 4)
+        loaded = lds_row_group_params<kZeros>(scale_region(slot) + u * C::kChunkScaleBytes + scale_lane,
+                                              zero_region(slot) + u * C::kChunkZeroBytes + zero_lane);
       if constexpr (kBits == 4 && kMTiles == 1) {
         // One token tile: a chunk's products sum in fp32 over exact codes and take the rows' scales once
         // (4 FFMA instead of 16 HMUL2 on the weights), as the decode kernel does.

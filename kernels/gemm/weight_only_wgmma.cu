@@ -1,215 +1,236 @@
-// The weight-only GEMMs' wgmma kernel (9-64 tokens; kernels/gemm/W4A16_NOTES.md, "The wgmma kernel"): the
-// packed weights dequantized in registers as wgmma's A, the tokens' x as B from shared memory.
+// The weight-only GEMMs' wgmma kernel (9-64 tokens; kernels/gemm/W4A16_NOTES.md, "The wgmma kernel, session
+// 28"): the packed weights dequantized in registers as wgmma's A, the tokens' x as B from shared memory, both
+// fed by a producer's TMA copies into a ring.
+//
+// - x first goes through stage_wgmma_x_kernel into the workspace as the B tiles wgmma reads: per chunk of
+//   64 k, wgmma_tile_n(M) token rows of 128 bytes in the packed layout's K permutation, 128-byte swizzled
+//   (tokens past M and k past K zero). A stage's tiles are then one contiguous run that a bulk copy lands
+//   ready for the descriptor (the kernel before this one scattered x in 4-byte cp.async pieces in every
+//   block: 70B gate+up at 64 tokens 242 µs, against 188 with the staged tiles and the per-lane copies below).
+// - A block is four consumer warpgroups and a producer warp over kWgmmaStrips strips and one K range
+//   (plan_weight_only_wgmma's K splits; the last split sums the partials). Warp w owns strip w, and
+//   warpgroup w's strips are wgmma's m64: the four warpgroups take turns on the tensor cores, each
+//   dequantizing while the others' MMAs run (two warpgroups of two m64 row groups each: 160 µs at 64 tokens,
+//   four of one: 150).
+// - Producer (warp 16, one lane): per stage, one 3D TMA copy of the block's 16 strips' runs (their
+//   wgmma_stage_chunks chunks each), one 2D copy per chunk of the block's scale (and zero) row (a row per
+//   chunk spares the consumers a division), and one bulk copy of x's tiles, all completing the stage's full
+//   barrier by bytes. (A bulk copy per strip run from 16 lanes: the compiler issues them one lane at a time,
+//   and the ring ran dry; 188 → 160 µs with the TMA boxes.) The weights and scales of the first ring go out
+//   before the wait for the kernel before (PDL); x after it.
+// - Consumers, per chunk: one 16-byte shared load (the m16n8k16 A fragments of the chunk's 4 k16 tiles, which
+//   are wgmma's RS-form A fragments of the warp's 16 rows), the rows' scales, then the wait for the last
+//   chunk's MMAs (their A registers are written next; a second register set with one group kept in flight,
+//   or a group per tile, were slower), the dequantization, and 4 wgmma (one group). A stage is released once
+//   its last chunk's group retired.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "harness/cuda_check.h"
-#include "kernels/attention/mma_sm80.cuh"
 #include "kernels/gemm/weight_only_device.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/sm90/sm90_wgmma.cuh"
+#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels::gemm::weight_only {
 
 namespace {
 
-// The wgmma kernel's shape for a token tile kN (16, 32, 64: M rounded up) and weight bits. A block is
-// kWarpgroups warpgroups; a stage is kStageChunks chunks of K: the block's weights for them (each lane's
-// 16-byte pieces, as the packed layout holds them) and x's (a 128-byte row of 64 k per token and chunk),
-// in a ring of kDepth + 1 stages of shared memory (at most 7), kDepth of them in flight: 96-128 KB of weights
-// per SM (the decode kernel keeps 72 KB in registers).
-template <int kBits, int kN>
+constexpr int kWgmmaConsumerWarpgroups = kWgmmaStrips / 4;
+// A stage: each strip's run of this many chunks (the W box's): int4 2 KB (1 KB runs were slower at 16 tokens:
+// 126 against 105 µs on 70B gate+up), int8 as many bytes.
+constexpr int wgmma_stage_chunks(int bits) { return bits == 4 ? 4 : 2; }
+// The ring, its barriers and the 1024-byte alignment of the swizzled tiles in an SM's 227 KB.
+constexpr int kWgmmaSmemBudget = 227 * 1024 - 1024 - 256;
+
+// x's tiles of a chunk: kN rows of 128 bytes, lane pair L's physical k 2L, 2L + 1 of the chunk holding tile
+// (L % 8) / 2's logical columns 2·(L / 8) + 8·(L % 2) and + 1 (weight_only_layout.h): byte 4·(L / 8) of the
+// row's 16-byte unit L % 8, the units 128-byte swizzled (unit i of row r at i ^ (r % 8)).
+__device__ __forceinline__ int x_tile_word(int token, int pair) {
+  return token * 32 + ((pair & 7) ^ (token & 7)) * 4 + (pair >> 3);
+}
+
+// kN: the token tile (wgmma_tile_n).
+template <int kBits, int kN, bool kZeros>
 struct WgmmaShape {
-  static constexpr int kWarpgroups = wgmma_warpgroups_for(kN);
-  static constexpr int kWarps = 4 * kWarpgroups;
-  static constexpr int kBlocksPerSm = kWarpgroups == 2 ? (kBits == 4 ? 3 : 2) : 1;
-  static constexpr int kStageChunks = kBits == 4 && kN <= 32 ? 4 : 2;
-  static constexpr int kLaneStageBytes = kStageChunks * lane_chunk_bytes(kBits);
-  static constexpr int kWStageBytes = kWarps * 32 * kLaneStageBytes;
+  static constexpr int kConsumerThreads = 128 * kWgmmaConsumerWarpgroups;
+  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kMTiles = kN / 8;  // n8 token tiles of the accumulators (store_strip_partial's view)
+  static constexpr int kStageChunks = wgmma_stage_chunks(kBits);
   static constexpr int kXChunkBytes = kN * 128;
-  static constexpr int kXStageBytes = kStageChunks * kXChunkBytes;  // first in a stage: 1024-byte aligned
-  static constexpr int kStageBytes = kXStageBytes + kWStageBytes;
-  static constexpr int kSmemBudget = 227 * 1024 / kBlocksPerSm - 2048;
-  static constexpr int kDepth = kSmemBudget / kStageBytes - 1 < 6 ? kSmemBudget / kStageBytes - 1 : 6;
-  static constexpr size_t kSmemBytes = size_t(kDepth + 1) * kStageBytes + 1024;  // + the tiles' alignment
-  static_assert(kDepth >= 2, "a stage in use, one landing, one more in flight at least");
-  static_assert(size_t(kWarps) * kN * (kStripN + 1) * 4 <= size_t(kDepth + 1) * kStageBytes,
+  static constexpr int kXBytes = kStageChunks * kXChunkBytes;  // first in a stage: 1024-byte aligned
+  static constexpr int kStripStageBytes = kStageChunks * chunk_bytes(kBits);
+  static constexpr int kWBytes = kWgmmaStrips * kStripStageBytes;
+  static constexpr int kChunkScaleBytes = kWgmmaStrips * kStripN * 2;
+  static constexpr int kChunkZeroBytes = kWgmmaStrips * kStripN;
+  static constexpr int kParamBytes =
+      kBits == 4 ? kStageChunks * (kChunkScaleBytes + (kZeros ? kChunkZeroBytes : 0)) : 0;
+  static constexpr int kStageBytes = (kXBytes + kWBytes + kParamBytes + 1023) / 1024 * 1024;
+  static constexpr int kStages = std::min(8, kWgmmaSmemBudget / kStageBytes);
+  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * 8;
+  static_assert(kStages >= 3, "two stages landing while one is read");
+  static_assert(size_t(kWgmmaStrips) * kMTiles * 8 * (kStripN + 1) * 4 <= size_t(kStages) * kStageBytes,
                 "the partial sums reuse the ring");
 };
 
-// M = 9..64 (plan_weight_only_wgmma). Warp w of a block owns strip w, and every warp walks the block's
-// whole K range (its split's), so that one copy of x in shared memory feeds all of them. A warpgroup's 4
-// strips are wgmma's m64: each warp's A fragment is what the packed layout already holds for mma.sync
-// (dequantized and scaled in registers as the decode kernel does), and x is B, the tokens wgmma's N
-// (tokens past M read token M − 1's row, whose columns of y are never stored). x's bytes reach the tensor
-// cores without passing through registers and are read from L2 once per block: M / (16 · kWarpgroups)
-// bytes per weight byte, against M / 4 for the decode kernel, whose warps each read x into registers.
-//
-// Both operands go global → shared by cp.async, one commit group per stage, kDepth stages ahead: the
-// weights as each lane's own 16-byte pieces (it alone reads them back), x in 4-byte pieces, each landing
-// where the chunk's K permutation puts its k in B's tile (128-byte-swizzled rows, the core's layout).
-// One block barrier a stage makes the next stage's x visible. Per chunk: wait for the last chunk's group,
-// dequantize the 4 k16 A fragments, 4 wgmma (one group); the warpgroups of an SM take turns on the
-// tensor cores. (ptxas serializes wgmma whose A registers are written while any group is in flight,
-// C7513: with two register sets and one group kept in flight it did, so the wait is explicit.) After the
-// barrier that ends stage s every warp has retired its groups of stage s − 1, whose buffer then takes
-// stage s + kDepth.
-template <int kBits, int kN, bool kZeros = false>
-__global__ void __launch_bounds__(WgmmaShape<kBits, kN>::kWarps * 32, WgmmaShape<kBits, kN>::kBlocksPerSm)
-    weight_only_wgmma_kernel(const DecodeParams p, PdlLaunch pdl) {
+template <int kBits, int kN, bool kZeros>
+__global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
+    weight_only_wgmma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
   using namespace sm90;
-  using C = WgmmaShape<kBits, kN>;
-  constexpr int kLaneVecs = lane_chunk_bytes(kBits) / 16, kStageChunks = C::kStageChunks, kDepth = C::kDepth;
-  static_assert(kStageChunks >= 2, "a full stage retires the previous stage's groups before its barrier");
-  constexpr int kMTiles = kN / 8;
+  using C = WgmmaShape<kBits, kN, kZeros>;
+  constexpr int kStages = C::kStages, kStageChunks = C::kStageChunks, kMTiles = C::kMTiles;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  auto stage_buffer = [&](int s) { return smem_addr(smem) + uint32_t(s % (kDepth + 1) * C::kStageBytes); };
+  const uint32_t ring = smem_addr(smem);
+  const uint32_t bars = ring + kStages * C::kStageBytes;
+  auto full = [&](int s) { return bars + 8 * s; };
+  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
+  auto x_region = [&](int s) { return ring + s * C::kStageBytes; };
+  auto w_region = [&](int s) { return x_region(s) + C::kXBytes; };
+  auto scale_region = [&](int s) { return w_region(s) + C::kWBytes; };
+  auto zero_region = [&](int s) { return scale_region(s) + kStageChunks * C::kChunkScaleBytes; };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full(s), 1);  // the producer's lane 0, with the stage's bytes
+      mbar_init(empty(s), C::kConsumerThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t strip = int64_t(blockIdx.x) * C::kWarps + warp;
-  // A strip past N (the last block's) streams the last strip again: its warp must issue its warpgroup's
-  // wgmma, and its rows are never stored.
-  const int64_t load_strip = min(strip, WeightShape{p.n, p.k}.strips() - 1);
   const int c_begin = int(p.chunks * blockIdx.y / p.splits), c_end = int(p.chunks * (blockIdx.y + 1) / p.splits);
   const int stages = (c_end - c_begin + kStageChunks - 1) / kStageChunks;
-  const uint4* strip_packed = p.packed + load_strip * p.chunks * 32 * kLaneVecs + lane * kLaneVecs;
-  // The lane's 16-byte piece v of chunk u of a stage: the warp's pieces side by side (conflict-free).
-  auto w_offset = [&](int u, int v) {
-    return uint32_t(C::kXStageBytes + ((warp * kStageChunks + u) * kLaneVecs + v) * 512 + lane * 16);
-  };
-  const LaneParamRows param_rows(p, strip * kStripN + g);
   auto stage_begin = [&](int s) { return c_begin + s * kStageChunks; };
-  auto load_stage_params = [&](int s) {
-    return load_chunks_group_params<kBits, kStageChunks, kZeros>(p, param_rows, stage_begin(s), c_end, t);
-  };
-
-  // The lane's weights of stage s into the stage's buffer.
-  auto copy_weights = [&](int s) {
-#pragma unroll
-    for (int u = 0; u < kStageChunks; ++u)
-#pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v)
-        if (stage_begin(s) + u < c_end)
-          cp_async_16(stage_buffer(s) + w_offset(u, v), strip_packed + (stage_begin(s) + u) * 32 * kLaneVecs + v);
-  };
-  // x: warp w copies tokens w, w + kWarps, … of each chunk of a stage, a coalesced 128-byte row each:
-  // lane L copies physical k 2L and 2L + 1 of the chunk, i.e. of lane t = L / 8's run [16t, 16t + 16) the
-  // piece i = L % 8, which holds tile i / 2's logical columns 2t + 8·(i % 2) and + 1
-  // (weight_only_layout.h): byte 4t of the row's 16-byte unit i (32 distinct banks). Past K, zeros. The
-  // source rows and the places in a chunk's tile are the same every stage: computed once.
-  constexpr int kTokensPerWarp = kN / C::kWarps;
-  static_assert(kTokensPerWarp >= 1 && kN % C::kWarps == 0, "every warp copies whole tokens");
-  const __nv_bfloat16* x_row[kTokensPerWarp];
-  uint32_t x_place[kTokensPerWarp];
-#pragma unroll
-  for (int i = 0; i < kTokensPerWarp; ++i) {
-    const int token = warp + i * C::kWarps;
-    x_row[i] = p.x + min(int64_t(token), p.m - 1) * p.k + 2 * lane;
-    x_place[i] = token * 128 + (((lane & 7) ^ (token & 7)) << 4) + 4 * (lane >> 3);
-  }
-  const int k32 = int(p.k);
-  auto copy_x = [&](int s) {
-    const uint32_t buffer = stage_buffer(s);
-#pragma unroll
-    for (int u = 0; u < kStageChunks; ++u) {
-      const int k0 = (stage_begin(s) + u) * kChunkK;  // a chunk past c_end: copied, never computed
-      const bool in_k = k0 + 2 * lane < k32;  // K is a multiple of 8: a pair is all in or all out
-#pragma unroll
-      for (int i = 0; i < kTokensPerWarp; ++i)
-        cp_async_4(buffer + u * C::kXChunkBytes + x_place[i], x_row[i] + (in_k ? k0 : 0), in_k);
-    }
-  };
-
-  float acc[kMTiles][4] = {};
+  float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
   float(&d)[kN / 2] = reinterpret_cast<float(&)[kN / 2]>(acc);
 
-  // Stage s: each chunk's fragments and MMAs; then the barrier after which stage s + 1's x is visible,
-  // stage s + kDepth's copies, and the scale params of stage s + 2 into the registers stage s read (two
-  // stages ahead: one stage ahead, their loads were where 12% of the warps' stall samples lay).
-  auto run_stage = [&](int s, LoadedRowGroupParams& params) {
+  if (warp == kWgmmaStrips) {  // the producer: lane 0 issues every copy
+    if (pdl.on) pdl_launch_dependents();
+    if (lane == 0) {
+      const int row0 = blockIdx.x * kWgmmaStrips * kStripN;  // the block's first row of W
+      // The weights and scale parameters (no kernel writes them: PDL lets them go early), after the
+      // barrier's byte count for the whole stage: whole boxes (chunks and rows past the weights' read as
+      // zeros; chunks past c_end inside them are read and left alone).
+      auto copy_weights = [&](int s) {
+        const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0), params = kBits == 4 ? chunks : 0;
+        const uint32_t slot = s % kStages;
+        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + chunks * C::kXChunkBytes +
+                                                   params * (C::kChunkScaleBytes + (kZeros ? C::kChunkZeroBytes : 0))));
+        tma_load_3d(w_region(slot), &p.w_map, full(slot), 0, c0, blockIdx.x * kWgmmaStrips);
+        for (int u = 0; u < params; ++u) {
+          const int group = int(p.chunk_to_group.divide(uint32_t(c0 + u)));
+          tma_load_2d(scale_region(slot) + u * C::kChunkScaleBytes, &p.scale_map, full(slot), row0, group);
+          if constexpr (kZeros)
+            tma_load_2d(zero_region(slot) + u * C::kChunkZeroBytes, &p.zero_map, full(slot), row0, group);
+        }
+      };
+      // x's tiles of the stage (after the kernel before: stage_wgmma_x wrote them).
+      auto copy_x = [&](int s) {
+        const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0);
+        bulk_load(x_region(s % kStages), p.x_tiles + int64_t(c0) * C::kXChunkBytes,
+                  uint32_t(chunks * C::kXChunkBytes), full(s % kStages));
+      };
+      const int early = pdl.on ? min(kStages, stages) : 0;
+      for (int s = 0; s < early; ++s) copy_weights(s);
+      if (pdl.on) pdl_wait();
+      for (int s = 0; s < early; ++s) copy_x(s);
+      for (int s = early; s < stages; ++s) {
+        mbar_wait(empty(s % kStages), ((s / kStages) & 1) ^ 1);
+        copy_weights(s);
+        copy_x(s);
+      }
+    } else if (pdl.on) {
+      pdl_wait();  // every thread waits before the partial sums' writes
+    }
+  } else {  // the consumers
+    pdl_begin(pdl);
+    const int g = lane / 4;
+    const uint32_t w_lane = warp * C::kStripStageBytes + lane * lane_chunk_bytes(kBits);
+    const uint32_t scale_lane = 2 * (warp * kStripN + g);  // the lane's first row's scale, in a chunk's row
+    int release = -1;  // the stage whose last group may be in flight
+    auto consume = [&](int slot, int u) {
+      uint32_t words[lane_chunk_bytes(kBits) / 4];
 #pragma unroll
-    for (int u = 0; u < kStageChunks; ++u) {
-      if (stage_begin(s) + u >= c_end) break;  // the same for the whole block
+      for (int v = 0; v < lane_chunk_bytes(kBits) / 16; ++v)
+        lds128(w_region(slot) + w_lane + u * chunk_bytes(kBits) + 16 * v, &words[4 * v]);
       RowGroupParams rp{};
-      if constexpr (kBits == 4) rp = expand(chunk_group_params<kZeros>(params, u, lane));
-      uint32_t words[kLaneVecs * 4];
-#pragma unroll
-      for (int v = 0; v < kLaneVecs; ++v) lds128(stage_buffer(s) + w_offset(u, v), &words[4 * v]);
+      if constexpr (kBits == 4)
+        rp = expand(lds_row_group_params<kZeros>(scale_region(slot) + u * C::kChunkScaleBytes + scale_lane,
+                                                 zero_region(slot) + u * C::kChunkZeroBytes + scale_lane / 2));
       wgmma_wait<0>();  // the last chunk's group, which read `a`, has retired
+      if (release >= 0) {  // and with it every group of the stage before
+        mbar_arrive(empty(release));
+        release = -1;
+      }
       uint32_t a[4][4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if constexpr (kBits == 4) int4_fragment(words[j], rp, a[j]);
         else int8_fragment(words[2 * j], words[2 * j + 1], a[j]);
+        fence_regs(a[j]);  // defined before the MMAs start, not among them
       }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) fence_regs(a[j]);  // defined before the MMAs start, not among them
       wgmma_fence();
-      const uint64_t desc = sw128_desc(stage_buffer(s) + u * C::kXChunkBytes, 0, 1024);
+      const uint64_t desc = sw128_desc(x_region(slot) + u * C::kXChunkBytes, 0, 1024);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         wgmma_rs<kN, false, false>(d, a[j][0], a[j][1], a[j][2], a[j][3], desc_advance(desc, 32 * j), 1);
       wgmma_commit();
+    };
+    for (int s = 0; s < stages; ++s) {
+      const int slot = s % kStages;
+      mbar_wait(full(slot), (s / kStages) & 1);
+      const int chunks = min(kStageChunks, c_end - stage_begin(s));
+      for (int u = 0; u < chunks; ++u) consume(slot, u);
+      release = slot;
     }
-    cp_async_wait<kDepth - 2>();  // stage s + 1's group (stages up to s + kDepth − 1 are in flight)
-    fence_proxy_async();
-    __syncthreads();
-    if (s + kDepth < stages) {
-      copy_weights(s + kDepth);
-      copy_x(s + kDepth);
-    }
-    cp_async_commit();  // empty past the last stage: one group per stage keeps the count
-    if (s + 2 < stages) params = load_stage_params(s + 2);
-  };
-
-  // The weights are no kernel's output: the first stages' go out before the wait for the kernel before
-  // (PDL, in the first group); x, and every store, after it.
-  for (int s = 0; s < kDepth && s < stages; ++s) copy_weights(s);
-  LoadedRowGroupParams params[2];
-  params[0] = load_stage_params(0);
-  if (stages > 1) params[1] = load_stage_params(1);
-  pdl_begin(pdl);
-  for (int s = 0; s < kDepth; ++s) {
-    if (s < stages) copy_x(s);
-    cp_async_commit();
+    wgmma_wait<0>();
+    fence_regs(d);
   }
-  cp_async_wait<kDepth - 1>();
-  fence_proxy_async();
+  __syncthreads();  // every MMA is done with the ring: the partial sums take it
+  auto* partial = reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem);
+  if (warp < kWgmmaStrips) store_strip_partial<kMTiles>(partial, acc, warp);
   __syncthreads();
-  for (int s = 0; s < stages; s += 2) {
-    run_stage(s, params[0]);
-    if (s + 1 >= stages) break;
-    run_stage(s + 1, params[1]);
-  }
-  wgmma_wait<0>();
-  fence_regs(d);
-  cp_async_wait<0>();
-  __syncthreads();  // every MMA is done with x: the partial sums take the ring
-  constexpr int kOutputsInFlight = C::kBlocksPerSm == 3 ? 4 : 8;  // within 80 registers at three blocks an SM
-  finish_strips<kBits, kMTiles, kOutputsInFlight>(p, acc, reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem),
-                                                  C::kWarps, 1);
+  // The last split's sums: 8 outputs × 4 splits of loads in flight a thread (one split at a time: 4096 × 4096 at
+  // 16 tokens, 4 splits, 24.4 against 23.1 µs).
+  sum_strips<kBits, kMTiles, 8, 4>(p, partial, kWgmmaStrips, 1);
+}
+
+// One thread per 4 bytes of x's tiles (wgmma_tile_n(M) tokens × chunks × 32 pairs). The wgmma kernel after it
+// is launched with PDL, so it triggers its dependents at once whether or not it runs under PDL itself.
+__global__ void stage_wgmma_x_kernel(const DecodeParams p, int tile_n, PdlLaunch pdl) {
+  pdl_launch_dependents();
+  if (pdl.on) pdl_wait();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.chunks * tile_n * 32) return;
+  const int pair = int(i % 32), token = int(i / 32 % tile_n);
+  const int64_t chunk = i / (32 * tile_n), k = chunk * kChunkK + 2 * pair;
+  const uint32_t v = token < p.m && k < p.k ? *reinterpret_cast<const uint32_t*>(p.x + token * p.k + k) : 0u;
+  reinterpret_cast<uint32_t*>(p.x_tiles)[chunk * tile_n * 32 + x_tile_word(token, pair)] = v;
 }
 
 template <int kBits, int kN, bool kZeros>
 DecodeLaunch wgmma_launch() {
-  using C = WgmmaShape<kBits, kN>;
+  using C = WgmmaShape<kBits, kN, kZeros>;
   const DecodeKernel kernel = weight_only_wgmma_kernel<kBits, kN, kZeros>;
   static const bool allowed = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmemBytes)));
     return true;
   }();
   (void)allowed;
-  return {kernel, C::kWarps * 32, C::kSmemBytes};
+  return {kernel, C::kThreads, C::kSmemBytes};
 }
 
 template <int kBits, bool kZeros = false>
 DecodeLaunch wgmma_launch_for_tokens(int64_t m) {
-  if (m <= 16) return wgmma_launch<kBits, 16, kZeros>();
-  if (m <= 32) return wgmma_launch<kBits, 32, kZeros>();
-  return wgmma_launch<kBits, 64, kZeros>();
+  switch (wgmma_tile_n(m)) {
+    case 16: return wgmma_launch<kBits, 16, kZeros>();
+    case 32: return wgmma_launch<kBits, 32, kZeros>();
+    default: return wgmma_launch<kBits, 64, kZeros>();
+  }
 }
 
 }  // namespace
@@ -220,6 +241,29 @@ DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args) {
       return args.zeros ? wgmma_launch_for_tokens<4, true>(args.m) : wgmma_launch_for_tokens<4>(args.m);
     default: return wgmma_launch_for_tokens<8>(args.m);
   }
+}
+
+void run_wgmma(const WeightOnlyGemmArgs& args, DecodeParams p, dim3 grid, cudaStream_t stream) {
+  const int tile_n = wgmma_tile_n(p.m);
+  const int64_t threads = p.chunks * tile_n * 32;
+  launch_kernel(stage_wgmma_x_kernel, dim3(unsigned((threads + 255) / 256)), 256, 0, stream, p, tile_n);
+
+  const WeightShape shape{args.n, args.k};
+  const int bits = args.format.bits, words = chunk_bytes(bits) / 4;
+  const uint64_t w_dims[3] = {uint64_t(words), uint64_t(shape.chunks()), uint64_t(shape.strips())};
+  const uint64_t w_strides[2] = {uint64_t(chunk_bytes(bits)), uint64_t(shape.chunks() * chunk_bytes(bits))};
+  const uint32_t w_box[3] = {uint32_t(words), uint32_t(wgmma_stage_chunks(bits)), uint32_t(kWgmmaStrips)};
+  p.w_map = make_tma_map_unswizzled("weight-only packed W", args.packed, 4, 3, w_dims, w_strides, w_box);
+  if (bits == 4) {
+    const uint64_t dims[2] = {uint64_t(args.n), uint64_t(scale_groups(args.k, std::min(args.format.group, args.k)))};
+    const uint32_t box[2] = {uint32_t(kWgmmaStrips * kStripN), 1};
+    const uint64_t scale_strides[1] = {uint64_t(args.n) * 2}, zero_strides[1] = {uint64_t(args.n)};
+    p.scale_map = make_tma_map_unswizzled("weight-only scales", args.scales, 2, 2, dims, scale_strides, box);
+    if (args.zeros) p.zero_map = make_tma_map_unswizzled("weight-only zeros", args.zeros, 1, 2, dims, zero_strides, box);
+  }
+  const DecodeLaunch l = wgmma_decode_launch(args);
+  const PdlScope after_staging(true);  // its weights' first ring streams while x is staged
+  launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
 
 }  // namespace topt::kernels::gemm::weight_only

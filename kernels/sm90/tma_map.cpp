@@ -24,7 +24,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 CUtensorMap encode_tma_map(const char* what, const void* ptr, CUtensorMapDataType type, int rank, const uint64_t* dims,
-                           const uint64_t* strides, const uint32_t* box) {
+                           const uint64_t* strides, const uint32_t* box,
+                           CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map;
   cuuint64_t d[5], s[4];
   cuuint32_t b[5], elem_strides[5];
@@ -35,7 +36,7 @@ CUtensorMap encode_tma_map(const char* what, const void* ptr, CUtensorMapDataTyp
     if (i + 1 < rank) s[i] = strides[i];
   }
   const CUresult r = tensor_map_encoder()(&map, type, cuuint32_t(rank), const_cast<void*>(ptr), d, s, b, elem_strides,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error(std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
@@ -54,6 +55,14 @@ CUtensorMap make_tma_map_16bit(const char* what, const void* ptr, bool f16, int 
 CUtensorMap make_tma_map_8bit(const char* what, const void* ptr, int rank, const uint64_t* dims,
                               const uint64_t* strides, const uint32_t* box) {
   return encode_tma_map(what, ptr, CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, dims, strides, box);
+}
+
+CUtensorMap make_tma_map_unswizzled(const char* what, const void* ptr, int element_bytes, int rank, const uint64_t* dims,
+                                     const uint64_t* strides, const uint32_t* box) {
+  const CUtensorMapDataType type = element_bytes == 4   ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                   : element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  return encode_tma_map(what, ptr, type, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace topt::kernels

@@ -1,5 +1,5 @@
 // TMA tensor maps for the Hopper kernels: 16-bit (bf16, fp16) or 8-bit elements, 128-byte swizzle, the
-// layout wgmma descriptors and the kernels' ldmatrix addressing expect.
+// layout wgmma descriptors and the kernels' ldmatrix addressing expect; and plain (unswizzled) boxes.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only: the encoder is looked up in the driver at run time)
 
@@ -15,5 +15,10 @@ CUtensorMap make_tma_map_16bit(const char* what, const void* ptr, bool f16, int 
 // The same for 1-byte elements (FP8, INT8: the copy moves bytes; wgmma reads their type): box[0] must be 128.
 CUtensorMap make_tma_map_8bit(const char* what, const void* ptr, int rank, const uint64_t* dims,
                               const uint64_t* strides, const uint32_t* box);
+
+// Unswizzled, for data that is not a wgmma operand (a box lands in shared memory in its plain row-major
+// order): elements of 1, 2 or 4 bytes, box[0] · element_bytes a multiple of 16, each box dim at most 256.
+CUtensorMap make_tma_map_unswizzled(const char* what, const void* ptr, int element_bytes, int rank, const uint64_t* dims,
+                                     const uint64_t* strides, const uint32_t* box);
 
 }  // namespace topt::kernels

@@ -187,12 +187,12 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: int4 up to 16 tokens on large weights the streaming kernel (its K splits from
-// plan_weight_only_stream); else up to kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows
-// per block, its 8 warps splitting K (kStripPerBlockPlan: no workspace; K split across blocks by
-// plan_weight_only_decode was slower on every row measured on the H100), or from 9 tokens on large weights
-// the wgmma kernel (its K splits from plan_weight_only_wgmma); above, W dequantized to bf16 and the core's
-// bf16 GEMM, timed together (choose_weight_only_path). `only` (the rungs ours_v2, ours_v3, ours_v4): that
+// ours: from 9 tokens on large weights the wgmma kernel (its K splits from plan_weight_only_wgmma); else int4
+// up to 16 tokens on large weights the streaming kernel (its K splits from plan_weight_only_stream); else up to
+// kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows per block, its 8 warps splitting K
+// (kStripPerBlockPlan: no workspace; K split across blocks by plan_weight_only_decode was slower on every row
+// measured on the H100); above, W dequantized to bf16 and the core's bf16 GEMM, timed together
+// (choose_weight_only_path). `only` (the rungs ours_v2, ours_v3, ours_v4): that
 // kernel wherever it runs, the sides of the choice on every row.
 std::unique_ptr<Instance> prepare_ours(const WeightOnlyProblem& p, cudaStream_t stream,
                                        std::optional<WeightOnlyPath> only) {
@@ -340,11 +340,12 @@ OpDef weight_only_op(const char* name, const char* summary) {
       return "m = " + std::to_string(m) + " is past the decode kernel's 64 (ours covers it)";
     return "";
   };
-  auto wgmma_range_unsupported = [](const Case& c) -> std::string {
-    const int64_t m = GemmShape(c).m;
-    if (m < kernels::gemm::kWeightOnlyWgmmaMinM || m > kernels::gemm::kWeightOnlyDecodeMaxM)
-      return "m = " + std::to_string(m) + " is outside the wgmma kernel's 9..64 (ours covers it)";
-    return "";
+  auto wgmma_unsupported = [](const Case& c) -> std::string {
+    const GemmShape g(c);
+    if (g.m < kernels::gemm::kWeightOnlyWgmmaMinM || g.m > kernels::gemm::kWeightOnlyDecodeMaxM)
+      return "m = " + std::to_string(g.m) + " is outside the wgmma kernel's 9..64 (ours covers it)";
+    const WeightFormat f = format_of(c);
+    return kernels::gemm::weight_only_param_rows_unsupported(g.n, f.bits, f.asymmetric);
   };
   op.impls = {
       {"cublaslt", Role::baseline,
@@ -354,19 +355,20 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "the dequantize kernel (packed W to bf16, timed) then cuBLASLt bf16 TN (fastest of 8)", nullptr,
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
-       "M <= 64: packed W streamed (ld.global.nc, a batch ahead), dequantized in registers, mma.sync m16n8k16 "
-       "with the tokens as n8, one block per 16 rows, its 8 warps splitting K; int4 up to 16 tokens on large "
-       "weights the streaming kernel (ours_v4), from 9 tokens on others large the wgmma kernel (ours_v3; "
-       "choose_weight_only_path); M > 64: dequantize then the sm90 core",
+       "M <= 64: from 9 tokens on large weights the wgmma kernel (ours_v3); else int4 up to 16 tokens on large "
+       "weights the streaming kernel (ours_v4); else packed W streamed (ld.global.nc, a batch ahead), "
+       "dequantized in registers, mma.sync m16n8k16 with the tokens as n8, one block per 16 rows, its 8 warps "
+       "splitting K (ours_v2; choose_weight_only_path); M > 64: dequantize then the sm90 core",
        nullptr,
        ours_rung(std::nullopt), "weights"},
       {"ours_v2", Role::ours, "M <= 64, every shape: the decode kernel alone (ours' choice below 9 tokens)",
        decode_range_unsupported, ours_rung(WeightOnlyPath::decode), "weights"},
       {"ours_v3", Role::ours,
-       "M = 9..64, every shape: the wgmma kernel alone, 2 or 4 warpgroups (8 or 16 strips) a block on one K "
-       "range, weights and x through a cp.async ring in shared memory (x into wgmma's B tile), the dequantized "
-       "W as A from registers",
-       wgmma_range_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
+       "M = 9..64: the wgmma kernel alone, x first staged as wgmma's B tiles, then a block of 4 consumer "
+       "warpgroups (16 strips, 256 rows, an m64 each) and a producer on one K range, the strips' runs of "
+       "packed W and a scale row a chunk by TMA and x's tiles by a bulk copy into a ring, the dequantized W as "
+       "A from registers",
+       wgmma_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
       {"ours_v4", Role::ours,
        "M <= 16: the streaming kernel alone, a block of 8 warps on 8 strips (128 rows; at M <= 2 4 strips of 2 "
        "warps where that saves K splits) and one K range, each strip's run of packed W, a scale row a chunk and "

@@ -384,8 +384,9 @@ std::vector<GemmCase> weight_only_cases() {
     small.push_back({m, 40, 1032});
     large.push_back({m, 1000, 1032});
   }
-  // The streaming kernel with zero points (N a multiple of 16): a last block of 3 strips, each token tile.
-  for (int64_t m : {1, 2, 4, 5, 16}) small.push_back({m, 1072, 1032});
+  // The streaming and wgmma kernels with zero points (N a multiple of 16): a last block of 3 strips, each
+  // token tile.
+  for (int64_t m : {1, 2, 4, 5, 16, 17, 33, 64}) small.push_back({m, 1072, 1032});
   large.push_back({1, 4096, 4096});
   return shape_grid<GemmCase>(small, large);
 }
@@ -412,10 +413,12 @@ TEST_P(WeightOnlyGemmGpu, MatchesTheReference) {
   ASSERT_EQ(builtin_registry().find(c.op)->invalid(c), "");
   std::vector<std::string> impls{"cublaslt", "dequant_cublaslt", "ours", "cutlass"};
   if (shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM) impls.push_back("ours_v2");  // the decode kernel
-  if (shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM && shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM)
-    impls.push_back("ours_v3");  // the wgmma kernel
   const int bits = std::string(format.name) == "w8" ? 8 : 4;
-  if (kernels::gemm::weight_only_stream_unsupported(shape.m, shape.n, bits, std::string(format.zero) == "asym").empty())
+  const bool zeros = std::string(format.zero) == "asym";
+  if (shape.m >= kernels::gemm::kWeightOnlyWgmmaMinM && shape.m <= kernels::gemm::kWeightOnlyDecodeMaxM &&
+      kernels::gemm::weight_only_param_rows_unsupported(shape.n, bits, zeros).empty())
+    impls.push_back("ours_v3");  // the wgmma kernel
+  if (kernels::gemm::weight_only_stream_unsupported(shape.m, shape.n, bits, zeros).empty())
     impls.push_back("ours_v4");  // the streaming kernel
   expect_impls_pass(*this, c, impls,
                     [&](const Case& cc, const std::string& impl) { return run_and_check(cc, impl); });
@@ -496,8 +499,8 @@ TEST_F(GpuTest, WeightOnlyQuantErrorIsReported) {
 
 // A GPTQ checkpoint, imported and packed on the host, runs through the decode kernel (one block per strip;
 // 4 strips a block and 2 splits; kMaxDecodeSplits splits, most of them on no K at all: every partial
-// slot of the last split's sum), the wgmma kernel (2 warpgroups, 2 splits of 2 chunks: stages cut
-// short; 3 tokens in its 16-token tile, 48 rows in its 128) and the streaming kernel (8 strips a block at 3
+// slot of the last split's sum), the wgmma kernel (2 splits of 2 chunks: a stage of 4 cut short; 3 tokens in
+// its 16-token tile, 48 rows in its 256) and the streaming kernel (8 strips a block at 3
 // tokens, 4 of 2 warps each at 2). Three launches each: the split plans' arrival counters reset
 // themselves) to x · ((code − zero) · scale)ᵀ
 // computed here in double: the importer feeds the kernel as the op does.
@@ -552,7 +555,7 @@ TEST_F(GpuTest, WeightOnlyGptqImportRunsThroughTheDecodeKernel) {
       {m, kStripPerBlockPlan},
       {m, WeightOnlyDecodePlan{4, 2}},
       {m, WeightOnlyDecodePlan{1, kMaxDecodeSplits}},
-      {m, WeightOnlyDecodePlan{8, 2, WeightOnlyPath::wgmma}},
+      {m, WeightOnlyDecodePlan{kWgmmaStrips, 2, WeightOnlyPath::wgmma}},
       {m, WeightOnlyDecodePlan{8, 2, WeightOnlyPath::stream}},
       {2, WeightOnlyDecodePlan{4, 1, WeightOnlyPath::stream}},
       {2, WeightOnlyDecodePlan{4, 2, WeightOnlyPath::stream}}};

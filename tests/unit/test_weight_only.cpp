@@ -227,58 +227,66 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
             std::string::npos);
 }
 
-// Up to 64 tokens the weights stream packed: int4 up to 16 tokens on large weights with K from 5120 the
-// streaming kernel (2^27 weights at 1-2 tokens, 2^26 at 3-16); else the decode kernel up to 8 tokens and on
-// small weights, the wgmma kernel from 9 tokens (int8: 33) on weights from 2^27 (16 tokens), 2^26 + 1 (32),
-// 3 · 2^24 (64); above 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
+// Up to 64 tokens the weights stream packed: the wgmma kernel from 9 tokens on weights from 2^27 (up to 16
+// tokens; int8 up to 32), 2^26 (17-32), 3 · 2^24 (33-64); else int4 up to 16 tokens on large weights with K
+// from 5120 the streaming kernel (2^27 weights at 1-2 tokens, 2^26 at 3-16); else the decode kernel; above
+// 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
 TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
   auto path = [](int64_t m, int64_t n, int64_t k, int bits = 4) { return choose_weight_only_path(m, n, k, bits); };
-  for (int64_t m : {1, 2, 4, 8, 9, 16}) {
+  for (int64_t m : {1, 2, 4, 8}) {
     EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::stream) << m;
     EXPECT_EQ(path(m, 8192, 28672), WeightOnlyPath::stream) << m;
     EXPECT_EQ(path(m, 27648, 5120), WeightOnlyPath::stream) << m;
+  }
+  for (int64_t m : {9, 16, 32, 64}) {
+    EXPECT_EQ(path(m, 57344, 8192), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(path(m, 8192, 28672), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(path(m, 27648, 5120), WeightOnlyPath::wgmma) << m;
   }
   for (int64_t m : {1, 2}) {
     EXPECT_EQ(path(m, 15360, 5120), WeightOnlyPath::decode) << m;  // 2^26.2 weights
     EXPECT_EQ(path(m, 8192, 8192), WeightOnlyPath::decode) << m;
   }
-  for (int64_t m : {3, 4, 8, 16}) {
+  for (int64_t m : {3, 4, 8, 9, 16}) {
     EXPECT_EQ(path(m, 15360, 5120), WeightOnlyPath::stream) << m;
     EXPECT_EQ(path(m, 8192, 8192), WeightOnlyPath::stream) << m;  // 2^26 exactly
+    EXPECT_EQ(path(m, 10240, 8192), WeightOnlyPath::stream) << m;
     EXPECT_EQ(path(m, 5120, 5120), WeightOnlyPath::decode) << m;  // 2^24.6 weights
   }
   for (int64_t m : {1, 4, 9, 16}) {
-    EXPECT_NE(path(m, 22016, 4096), WeightOnlyPath::stream) << m;  // K = 4096: short blocks
-    EXPECT_NE(path(m, 12288, 4096), WeightOnlyPath::stream) << m;
+    EXPECT_EQ(path(m, 22016, 4096), WeightOnlyPath::decode) << m;  // K = 4096: the streaming kernel's blocks are short
+    EXPECT_EQ(path(m, 12288, 4096), WeightOnlyPath::decode) << m;
   }
-  for (int64_t m : {9, 16}) EXPECT_EQ(path(m, 22016, 4096), WeightOnlyPath::decode) << m;
-  // Zero points take N a multiple of 16 (the zero rows' bulk copies); int8 keeps its kernels.
-  EXPECT_EQ(choose_weight_only_path(16, 57352, 8192, 4, false, true), WeightOnlyPath::wgmma);
-  EXPECT_EQ(choose_weight_only_path(16, 57344, 8192, 4, false, true), WeightOnlyPath::stream);
-  EXPECT_EQ(path(1, 57344, 8192, 8), WeightOnlyPath::decode);
-  EXPECT_EQ(path(17, 57344, 8192), WeightOnlyPath::wgmma);
-  EXPECT_EQ(path(32, 8192, 8192), WeightOnlyPath::decode);
+  // Zero points take N a multiple of 16 (the streaming and wgmma kernels' copies of zero rows).
+  EXPECT_EQ(choose_weight_only_path(16, 57352, 8192, 4, false, true), WeightOnlyPath::decode);
+  EXPECT_EQ(choose_weight_only_path(17, 57352, 8192, 4, false, true), WeightOnlyPath::decode);
+  EXPECT_EQ(choose_weight_only_path(17, 57352, 8192, 4), WeightOnlyPath::wgmma);
+  EXPECT_EQ(choose_weight_only_path(16, 57344, 8192, 4, false, true), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(32, 8192, 8192), WeightOnlyPath::wgmma);  // 2^26 exactly
   EXPECT_EQ(path(32, 5120, 13824), WeightOnlyPath::wgmma);
   EXPECT_EQ(path(32, 12288, 4096), WeightOnlyPath::decode);
-  EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);  // 3 · 2^24 exactly
   EXPECT_EQ(path(64, 4096, 11008), WeightOnlyPath::decode);
   EXPECT_EQ(path(64, 4096, 4096), WeightOnlyPath::decode);
-  for (int64_t m : {9, 16, 32}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::decode) << m;
-  for (int64_t m : {33, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
+  // int8: the decode kernel up to 8 tokens and on small weights, the wgmma kernel from 2^27 weights up to 32.
+  EXPECT_EQ(path(1, 57344, 8192, 8), WeightOnlyPath::decode);
+  for (int64_t m : {9, 16, 32, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
+  EXPECT_EQ(path(32, 10240, 8192, 8), WeightOnlyPath::decode);
+  EXPECT_EQ(path(64, 10240, 8192, 8), WeightOnlyPath::wgmma);
   for (int64_t m : {65, 128, 130, 256, 8192})
     for (int bits : {4, 8}) EXPECT_EQ(path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
-  // Against the decode kernel's split plans (the decode step): the wgmma kernel from 2^26 weights at any
-  // count from 17 (up to 16 the streaming kernel takes those layers).
-  for (int64_t m : {32, 64}) {
-    EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 8192, 8192, 4, true), WeightOnlyPath::wgmma) << m;
-  }
-  for (int64_t m : {32, 64}) EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
+  // Against the decode kernel's split plans (the decode step): the streaming kernel on every int4 layer up to
+  // 16 tokens that the wgmma kernel does not take; the wgmma kernel's share unchanged.
   EXPECT_EQ(choose_weight_only_path(8, 57344, 8192, 4, true), WeightOnlyPath::stream);
-  for (int64_t m : {1, 2, 9, 16}) {  // against the split plans, the streaming kernel on every layer up to 16
+  EXPECT_EQ(choose_weight_only_path(16, 57344, 8192, 4, true), WeightOnlyPath::wgmma);
+  for (int64_t m : {1, 2, 9, 16}) {
     EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::stream) << m;
     EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4, true), WeightOnlyPath::stream) << m;
     EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 8, true), WeightOnlyPath::decode) << m;  // int8
+  }
+  for (int64_t m : {32, 64}) {
+    EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
+    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
   }
 }
 
@@ -314,35 +322,33 @@ TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
   EXPECT_NE(kStripPerBlockPlan.describe().find("1 strips a block, 1 K splits"), std::string::npos);
 }
 
-// The wgmma kernel (M = 9..64): 2 warpgroups up to 16 tokens, 4 above; blocks of 4 strips a warpgroup, K
-// split where the rounds of blocks times (chunks a block + the block's overhead) fall.
+// The wgmma kernel (M = 9..64): blocks of kWgmmaStrips strips, K split where the rounds of blocks times
+// (chunks a block + the block's overhead) fall; its token tile is M rounded up to 16, 32 or 64.
 TEST(WeightOnlyPlan, WgmmaKernelSplitsKWhereThatPays) {
-  EXPECT_EQ(wgmma_warpgroups_for(9), 2);
-  EXPECT_EQ(wgmma_warpgroups_for(16), 2);
-  EXPECT_EQ(wgmma_warpgroups_for(17), 4);
-  EXPECT_EQ(wgmma_warpgroups_for(64), 4);
-  constexpr int kResident2 = 132 * 2, kResident4 = 132;  // blocks of 2 and 4 warpgroups per SM
-  // 7B O: 256 strips make 32 blocks of 8; K's 64 chunks take at most 4 splits, one round: 1 × (16 + 16).
-  const WeightOnlyDecodePlan o = plan_weight_only_wgmma(4096, 4096, 2, kResident2);
+  EXPECT_EQ(wgmma_tile_n(9), 16);
+  EXPECT_EQ(wgmma_tile_n(16), 16);
+  EXPECT_EQ(wgmma_tile_n(17), 32);
+  EXPECT_EQ(wgmma_tile_n(33), 64);
+  EXPECT_EQ(wgmma_tile_n(64), 64);
+  constexpr int kResident = 132;  // one block an SM
+  // 7B O: 256 strips make 16 blocks; K's 64 chunks take at most 4 splits, one round: 1 × (16 + 16).
+  const WeightOnlyDecodePlan o = plan_weight_only_wgmma(4096, 4096, kResident);
   EXPECT_EQ(o.kernel, WeightOnlyPath::wgmma);
-  EXPECT_EQ(o.strips_per_block, 8);
+  EXPECT_EQ(o.strips_per_block, kWgmmaStrips);
   EXPECT_EQ(o.splits, 4);
-  EXPECT_EQ(o.blocks(4096), 128);
-  // 70B gate+up: 448 blocks of 8 strips, 2 rounds × (128 + 16); 7 splits would fill the last wave to 99%
-  // but cost 12 rounds × (19 + 16).
-  EXPECT_EQ(plan_weight_only_wgmma(57344, 8192, 2, kResident2).splits, 1);
-  // 70B down: 64 blocks of 8 strips over 448 chunks: 4 splits, one round × (112 + 16).
-  EXPECT_EQ(plan_weight_only_wgmma(8192, 28672, 2, kResident2).splits, 4);
-  EXPECT_EQ(plan_weight_only_wgmma(8192, 28672, 4, kResident4).splits, 4);
-  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{40, 200}, {1000, 1032}, {12288, 4096}, {8192, 28672}})
-    for (int warpgroups : {2, 4}) {
-      SCOPED_TRACE(testing::Message() << n << "x" << k << ", " << warpgroups << " warpgroups");
-      const WeightOnlyDecodePlan p = plan_weight_only_wgmma(n, k, warpgroups, 132 * 4 / warpgroups);
-      EXPECT_EQ(p.strips_per_block, 4 * warpgroups);
-      EXPECT_GE(p.splits, 1);
-      EXPECT_LE(p.splits, kMaxDecodeSplits);
-      if (p.splits > 1) EXPECT_GE((k + 63) / 64 / p.splits, kMinWgmmaChunksPerSplit);
-    }
+  EXPECT_EQ(o.blocks(4096), 64);
+  // 70B gate+up: 224 blocks, 2 rounds × (128 + 16); 3 splits would take 6 rounds × (43 + 16).
+  EXPECT_EQ(plan_weight_only_wgmma(57344, 8192, kResident).splits, 1);
+  // 70B down: 32 blocks over 448 chunks: 4 splits, one round × (112 + 16).
+  EXPECT_EQ(plan_weight_only_wgmma(8192, 28672, kResident).splits, 4);
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{40, 200}, {1000, 1032}, {12288, 4096}, {8192, 28672}}) {
+    SCOPED_TRACE(testing::Message() << n << "x" << k);
+    const WeightOnlyDecodePlan p = plan_weight_only_wgmma(n, k, kResident);
+    EXPECT_EQ(p.strips_per_block, kWgmmaStrips);
+    EXPECT_GE(p.splits, 1);
+    EXPECT_LE(p.splits, kMaxDecodeSplits);
+    if (p.splits > 1) EXPECT_GE((k + 63) / 64 / p.splits, kMinWgmmaChunksPerSplit);
+  }
   EXPECT_NE(o.describe().find("wgmma"), std::string::npos);
 }
 
