@@ -25,8 +25,9 @@ struct DecodeParams {
   float* partials;  // splits > 1: fp32 [splits, M, N]
   int* arrivals;    // splits > 1: splits finished per block column (blockIdx.x), zero between launches
   uint8_t* x_tiles;  // the wgmma kernel: x as its B tiles (stage_wgmma_x)
-  // The wgmma kernel's TMA maps of the packed weights and of int4's scale and zero rows (run_wgmma sets them).
-  CUtensorMap w_map, scale_map, zero_map;
+  // The wgmma and streaming kernels' TMA maps (set_weight_maps, run_stream): the packed weights, int4's scale
+  // and zero rows, and x (the streaming kernel's).
+  CUtensorMap w_map, scale_map, zero_map, x_map;
   int64_t m, n, k, chunks;
   int full_chunks;                // chunks wholly inside K: x is read there without bounds checks
   UnsignedDivider chunk_to_group;  // chunk → its scale group (chunks per group)
@@ -358,6 +359,11 @@ struct DecodeLaunch {
 DecodeLaunch wgmma_decode_launch(const WeightOnlyGemmArgs& args);
 // The wgmma kernel's launch on `grid`: x's tiles staged into p.x_tiles, the TMA maps, then the kernel.
 void run_wgmma(const WeightOnlyGemmArgs& args, DecodeParams p, dim3 grid, cudaStream_t stream);
+// The streaming kernel's launch on `grid`, with its TMA maps (weight_only_stream.cu).
+void run_stream(const WeightOnlyGemmArgs& args, DecodeParams p, int strips_per_block, dim3 grid, cudaStream_t stream);
+// p's TMA maps of the packed weights (a box: `stage_chunks` chunks of `strips` strips, strip-major) and of
+// int4's scale and zero rows (a box: one group's row of the strips' rows), unswizzled (weight_only_gemm.cu).
+void set_weight_maps(DecodeParams& p, const WeightOnlyGemmArgs& args, int stage_chunks, int strips);
 // The streaming kernel for args' bits, zero points and token count (1..kWeightOnlyStreamMaxM) with
 // `strips_per_block` (plan_weight_only_stream's), its shared memory allowed (weight_only_stream.cu).
 DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per_block);

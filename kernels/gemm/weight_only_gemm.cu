@@ -14,6 +14,7 @@
 #include "kernels/gemm/weight_only_plan.h"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/pdl.h"
+#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels::gemm {
 
@@ -326,6 +327,25 @@ std::string kernel_unsupported(const WeightOnlyGemmArgs& args, WeightOnlyPath ke
 
 }  // namespace
 
+namespace weight_only {
+
+void set_weight_maps(DecodeParams& p, const WeightOnlyGemmArgs& args, int stage_chunks, int strips) {
+  const WeightShape shape{args.n, args.k};
+  const int bits = args.format.bits, words = chunk_bytes(bits) / 4;
+  const uint64_t w_dims[3] = {uint64_t(words), uint64_t(shape.chunks()), uint64_t(shape.strips())};
+  const uint64_t w_strides[2] = {uint64_t(chunk_bytes(bits)), uint64_t(shape.chunks() * chunk_bytes(bits))};
+  const uint32_t w_box[3] = {uint32_t(words), uint32_t(stage_chunks), uint32_t(strips)};
+  p.w_map = make_tma_map_unswizzled("weight-only packed W", args.packed, 4, 3, w_dims, w_strides, w_box);
+  if (bits != 4) return;
+  const uint64_t dims[2] = {uint64_t(args.n), uint64_t(scale_groups(args.k, std::min(args.format.group, args.k)))};
+  const uint32_t box[2] = {uint32_t(strips * kStripN), 1};
+  const uint64_t scale_strides[1] = {uint64_t(args.n) * 2}, zero_strides[1] = {uint64_t(args.n)};
+  p.scale_map = make_tma_map_unswizzled("weight-only scales", args.scales, 2, 2, dims, scale_strides, box);
+  if (args.zeros) p.zero_map = make_tma_map_unswizzled("weight-only zeros", args.zeros, 1, 2, dims, zero_strides, box);
+}
+
+}  // namespace weight_only
+
 std::string weight_only_unsupported(int64_t n, int64_t k, const WeightFormat& f) {
   if (n < 1 || k < 1) return "n and k must be >= 1";
   if (k % 8 != 0) return "k = " + std::to_string(k) + " is not a multiple of 8 (the kernels load x in 16-byte runs)";
@@ -389,8 +409,8 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
   if (const std::string why = plan_mismatch(args, plan); !why.empty())  // integer compares, unless wrong
     throw std::invalid_argument("run_weight_only_decode: " + plan.describe() + ": " + why);
   if (plan.kernel == WeightOnlyPath::wgmma) return run_wgmma(args, p, grid, stream);
-  const DecodeLaunch l = launch_for(args, plan);
-  launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
+  if (plan.kernel == WeightOnlyPath::stream) return run_stream(args, p, plan.strips_per_block, grid, stream);
+  launch_kernel(decode_kernel_for(args), grid, kDecodeWarps * 32, 0, stream, p);
 }
 
 WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, WeightOnlyPath kernel,

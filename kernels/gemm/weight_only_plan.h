@@ -18,11 +18,11 @@ constexpr int64_t kWeightOnlyWgmmaMinM = 9;
 // Where the wgmma kernel leads the others: on weights (N · K) from a size that falls as the tokens grow,
 // since the decode kernel's x traffic grows with them and the wgmma kernel's blocks (16 strips on one K
 // range) need wide weights to fill the SMs without K splits. Measured on the H200 on the Llama-2 layers
-// (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel, session 28"; µs decode / streaming / wgmma): at 16 tokens
-// 57344 × 8192 140.2 / 130.6 / 102.5, 8192 × 28672 88.9 / 62.6 / 55.7, 27648 × 5120 51.9 / 43.4 / 38.4,
-// 10240 × 8192 34.1 / 31.1 / 32.4 (2^26.3 weights: the streaming kernel's); at 32 8192 × 8192 36.5 / 36.0
-// (decode / wgmma), 12288 × 4096 31.7 / 33.8; at 64 12288 × 4096 61.1 / 46.8, 4096 × 11008 49.5 / 55.6.
-// int8 from 2^27 weights at 9-32 tokens (57344 × 8192 at 16: 196.0 / 143.4; 8192 × 28672 109.2 / 80.6).
+// (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel, session 28"; µs decode / wgmma): at 16 tokens 57344 × 8192
+// 140.2 / 102.5, 8192 × 28672 88.9 / 55.7, 27648 × 5120 51.9 / 38.4, 10240 × 8192 34.1 / 32.4 (int4 takes the
+// streaming kernel there); at 32 8192 × 8192 36.5 / 36.0, 12288 × 4096 31.7 / 33.8; at 64 12288 × 4096 61.1 /
+// 46.8, 4096 × 11008 49.5 / 55.6. int8 from 2^27 weights at 9-32 tokens (57344 × 8192 at 16: 196.0 / 143.4;
+// 8192 × 28672 109.2 / 80.6).
 inline int64_t wgmma_min_weights(int64_t m, int bits) {
   if (m <= 16 || (bits == 8 && m <= 32)) return int64_t(1) << 27;
   if (m <= 32) return int64_t(1) << 26;
@@ -74,18 +74,20 @@ inline bool weight_only_stream_leads(int64_t m, int64_t n, int64_t k, bool decod
   return k >= 5120 && n * k >= (m <= 2 ? int64_t(1) << 27 : int64_t(1) << 26);
 }
 
-// The wgmma kernel where it leads, then the streaming kernel (int4, up to 16 tokens) where it leads, then the
-// decode kernel; above kWeightOnlyDecodeMaxM tokens the core. `decode_splits_k` (the decode step's plans of
-// the decode kernel) moves only the streaming kernel's share.
+// The streaming kernel (int4, up to 16 tokens) where it leads, then the wgmma kernel where it leads, then the
+// decode kernel; above kWeightOnlyDecodeMaxM tokens the core. With its TMA boxes the streaming kernel leads
+// the wgmma kernel up to 16 tokens on the layers both take (H200, µs at 16 tokens, streaming / wgmma, two
+// calls: 57344 × 8192 98.7 / 102.0, 8192 × 28672 52.9 / 55.3, 27648 × 5120 35.6 / 38.6). `decode_splits_k`
+// (the decode step's plans of the decode kernel) moves only the streaming kernel's share.
 inline WeightOnlyPath choose_weight_only_path(int64_t m, int64_t n, int64_t k, int bits, bool decode_splits_k = false,
                                               bool zeros = false) {
   if (m > kWeightOnlyDecodeMaxM) return WeightOnlyPath::dequantize_then_core;
-  if (m >= kWeightOnlyWgmmaMinM && n * k >= wgmma_min_weights(m, bits) &&
-      weight_only_param_rows_unsupported(n, bits, zeros).empty())
-    return WeightOnlyPath::wgmma;
   if (bits == 4 && weight_only_stream_leads(m, n, k, decode_splits_k) &&
       weight_only_stream_unsupported(m, n, bits, zeros).empty())
     return WeightOnlyPath::stream;
+  if (m >= kWeightOnlyWgmmaMinM && n * k >= wgmma_min_weights(m, bits) &&
+      weight_only_param_rows_unsupported(n, bits, zeros).empty())
+    return WeightOnlyPath::wgmma;
   return WeightOnlyPath::decode;
 }
 

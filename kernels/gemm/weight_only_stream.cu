@@ -1,5 +1,5 @@
 // The weight-only GEMMs' streaming kernel (1-16 tokens; kernels/gemm/W4A16_NOTES.md, "The streaming
-// kernel"): the packed weights reach shared memory by bulk copies of whole contiguous runs, and each
+// kernel"): the packed weights reach shared memory by TMA copies of whole contiguous runs, and each
 // consumer warp dequantizes its strip into mma.sync A fragments.
 //
 // Why (session 25's probe, H200): a CTA-wide ring filled by bulk copies of contiguous runs read the
@@ -13,20 +13,22 @@
 // - A block is 8 consumer warps over 8 / kSlices strips and one K range (plan_weight_only_stream: the
 //   decode plan's grid, K splits whose partials the last split sums). Two blocks an SM, so that one
 //   block's start and sums hide behind the other's streaming.
-// - Producer (warp 8): per stage of kStageChunks chunks, each strip's run of them is contiguous in the
-//   packed layout: one bulk copy per strip, one per chunk of its group's scale row (the block's rows of a
-//   group are contiguous in [groups, N]; zeros likewise; a row per chunk, not per group, spares the
-//   consumers a division a chunk), and one per token of x's K range, all completing the stage's full
-//   barrier by bytes. Where K ends inside a stage, the producer zeroes the rest of the tokens' rows first
-//   (the padding codes dequantize to 0, and 0 · NaN would poison).
+// - Producer (warp 8, one lane): per stage of kStageChunks chunks, one 3D TMA copy of the block's strips' runs
+//   (each strip's run of the stage is contiguous in the packed layout), one 2D copy per chunk of its group's
+//   scale row (the block's rows of a group are contiguous in [groups, N]; zeros likewise; a row per chunk,
+//   not per group, spares the consumers a division a chunk), and one 2D copy per chunk of x's rows (128-byte
+//   swizzled), all completing the stage's full barrier by bytes; k past K reads as zeros (the padding codes
+//   dequantize to 0, and 0 · NaN would poison). (Session 28: the bulk copies these replace, one per strip, per
+//   scale row and per token from the producer's lanes, were issued one lane at a time, and at 4-16 tokens
+//   the ring ran dry: 70B gate+up 97.4 → 83.6 µs at 4 tokens, 126.7 → 98.7 at 16.)
 // - Consumers (warps 0-7): warp w takes strip w % strips and the (w / strips)-th of the kSlices parts of
 //   its run in each stage (the slices' sums meet in finish_strips); per chunk, one 16-byte shared load of
 //   its lane's piece (the m16n8k16 A fragments of the chunk's 4 k16 tiles, weight_only_layout.h), two of x
-//   per token tile (lane t's B fragments are x[16t, 16t + 16) by the layout's K permutation; rows 16 bytes
-//   past a multiple of 128 apart, so a quarter-warp's two tokens take distinct banks), the dequantization
+//   per token tile (lane t's B fragments are x[16t, 16t + 16) by the layout's K permutation: the row's
+//   swizzled units 2t and 2t + 1, a quarter-warp's two rows on distinct banks), the dequantization
 //   (weight_only_device.cuh) and 4 mma.sync a token tile; full stages without a bound check. A stage is
-//   released when its last chunk's MMAs are issued. Tokens past M read token M − 1's row (its columns of y
-//   are never stored).
+//   released when its last chunk's MMAs are issued. Tokens past M read zeros, lanes past the tile its last
+//   row (their columns of y are never stored).
 // - PDL: the first ring's weights and scales are requested before the wait for the kernel before; x
 //   after it.
 #include <cuda_bf16.h>
@@ -38,21 +40,26 @@
 #include "kernels/gemm/weight_only_device.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
+#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels::gemm::weight_only {
 
 namespace {
 
 constexpr int kStreamBlocksPerSm = 2;
-// A block's ring and barriers: an SM's 228 KB shared, less the driver's 1 KB a block and the static 128 bytes.
-constexpr int kStreamSmemBudget = 228 * 1024 / kStreamBlocksPerSm - 1024 - 256;
+// A block's ring and barriers: an SM's 228 KB shared, less the driver's 1 KB a block, the static 128 bytes and
+// the 1024-byte alignment of the swizzled x tiles.
+constexpr int kStreamSmemBudget = 228 * 1024 / kStreamBlocksPerSm - 1024 - 256 - 1024;
 
-// The bytes of a stage in which each warp takes `warp_chunks` chunks of its strip: W, x's rows (16 bytes
-// past a multiple of 128 apart: see the banks above), and int4's scale (and zero) rows, one a chunk.
+// A chunk's zero row of the block's rows, in a ring slot that keeps the next TMA destination 128-byte aligned.
+constexpr int stream_zero_row_bytes(int rows) { return (rows + 127) / 128 * 128; }
+
+// The bytes of a stage in which each warp takes `warp_chunks` chunks of its strip: x's tiles (a chunk's
+// x_rows rows of 128 bytes), W, and int4's scale (and zero) rows, one a chunk; whole 1024-byte swizzle atoms.
 constexpr int stream_stage_bytes(int bits, int x_rows, int slices, bool zeros, int warp_chunks) {
   const int strip_rows = kStreamWarps / slices * kStripN, chunks = warp_chunks * slices;
-  const int params = bits == 4 ? chunks * strip_rows * (zeros ? 3 : 2) : 0;
-  return kStreamWarps * warp_chunks * chunk_bytes(bits) + x_rows * (chunks * kChunkK * 2 + 16) + params;
+  const int params = bits == 4 ? chunks * (strip_rows * 2 + (zeros ? stream_zero_row_bytes(strip_rows) : 0)) : 0;
+  return (chunks * x_rows * 128 + kStreamWarps * warp_chunks * chunk_bytes(bits) + params + 1023) / 1024 * 1024;
 }
 
 // 2 KB of each warp's strip a stage; int4 at 1-2 tokens 4 KB (x's share is small there; H200, 70B gate+up at
@@ -75,19 +82,19 @@ struct StreamShape {
   static constexpr int kStageChunks = kWarpChunks * kSlices;
   static constexpr int kStripStageBytes = kStageChunks * chunk_bytes(kBits);
   static constexpr int kWBytes = kStrips * kStripStageBytes;
-  static constexpr int kXRowStride = kStageChunks * kChunkK * 2 + 16;  // a token's K of a stage, and 16
-  static constexpr int kXBytes = kXRows * kXRowStride;
+  static constexpr int kXTileBytes = kXRows * 128;  // a chunk's x: kXRows rows of its 64 k, 128-byte swizzled
+  static constexpr int kXBytes = kStageChunks * kXTileBytes;  // first in a stage: 1024-byte aligned
   // int4: a chunk's scale (and zero) row of the block's rows, copied per chunk so that a consumer's
   // address is the chunk's, not its group's.
   static constexpr int kChunkScaleBytes = kStrips * kStripN * 2;
-  static constexpr int kChunkZeroBytes = kStrips * kStripN;
+  static constexpr int kChunkZeroBytes = stream_zero_row_bytes(kStrips * kStripN);  // a box of kStrips · 16 bytes
   static constexpr int kStageBytes = stream_stage_bytes(kBits, kXRows, kSlices, kZeros, kWarpChunks);
   static constexpr int kStages = std::min(8, kStreamSmemBudget / kStageBytes);
-  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * 8;
-  static_assert(kXRowStride % 128 == 16 && kStageBytes % 16 == 0, "bank spread; bulk copies' 16-byte alignment");
+  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * 8;
+  static_assert(kStageBytes % 1024 == 0, "swizzle atoms");
   static constexpr int kParamBytes =
       kBits == 4 ? kStageChunks * (kChunkScaleBytes + (kZeros ? kChunkZeroBytes : 0)) : 0;
-  static_assert(kStageBytes == kWBytes + kXBytes + kParamBytes, "the regions of a stage");
+  static_assert(kStageBytes >= kWBytes + kXBytes + kParamBytes, "the regions of a stage");
   static_assert(kStages >= 3, "two stages landing while one is read");
   static_assert(size_t(kConsumerWarps + 1) * kMTiles * 8 * (kStripN + 1) * 4 <= size_t(kStages) * kStageBytes,
                 "the partial sums reuse the ring");
@@ -95,26 +102,26 @@ struct StreamShape {
 
 template <int kBits, int kXRows, bool kZeros, int kSlices>
 __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::kThreads, kStreamBlocksPerSm)
-    weight_only_stream_kernel(const DecodeParams p, PdlLaunch pdl) {
+    weight_only_stream_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
   using namespace sm90;
   using C = StreamShape<kBits, kXRows, kZeros, kSlices>;
   constexpr int kStages = C::kStages, kStageChunks = C::kStageChunks, kMTiles = C::kMTiles;
   constexpr int kStrips = C::kStrips, kWarpChunks = C::kWarpChunks;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t ring = smem_addr(smem_raw);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t ring = smem_addr(smem);
   const uint32_t bars = ring + kStages * C::kStageBytes;
   auto full = [&](int s) { return bars + 8 * s; };
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };
-  auto w_region = [&](int s) { return ring + s * C::kStageBytes; };
-  auto x_region = [&](int s) { return w_region(s) + C::kWBytes; };
-  auto scale_region = [&](int s) { return x_region(s) + C::kXBytes; };
+  auto x_region = [&](int s) { return ring + s * C::kStageBytes; };
+  auto w_region = [&](int s) { return x_region(s) + C::kXBytes; };
+  auto scale_region = [&](int s) { return w_region(s) + C::kWBytes; };
   auto zero_region = [&](int s) { return scale_region(s) + kStageChunks * C::kChunkScaleBytes; };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // Every lane that writes or reads a stage arrives itself (racecheck follows no __syncwarp): the
-      // producer's 32 lanes after the zeros past K, the consumers' lanes after their loads.
-      mbar_init(full(s), 32);
+      mbar_init(full(s), 1);  // the producer's lane 0, with the stage's bytes
+      // Every consumer lane arrives itself after its loads (racecheck follows no __syncwarp).
       mbar_init(empty(s), C::kConsumerWarps * 32);
     }
     mbar_init_fence();
@@ -124,78 +131,46 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
   const int c_begin = int(p.chunks * blockIdx.y / p.splits), c_end = int(p.chunks * (blockIdx.y + 1) / p.splits);
   const int stages = (c_end - c_begin + kStageChunks - 1) / kStageChunks;
   auto stage_begin = [&](int s) { return c_begin + s * kStageChunks; };
-  const int m = int(p.m), k32 = int(p.k);
   float acc[kMTiles][4] = {};  // (row g | g + 8) × (token 8·mt + 2t | + 1)
 
-  if (warp == C::kConsumerWarps) {  // the producer
+  if (warp == C::kConsumerWarps) {  // the producer: lane 0 issues every copy
     if (pdl.on) pdl_launch_dependents();
-    const int strips = int(WeightShape{p.n, p.k}.strips());
-    const int row0 = blockIdx.x * kStrips * kStripN;  // the block's first row of W
-    const int rows = int(min(int64_t(kStrips * kStripN), p.n - row0));
-    const uint32_t strips_here = uint32_t(min(kStrips, strips - int(blockIdx.x) * kStrips));
-    // Stage s's first chunk and chunks, and x's bytes a token (K may end inside the stage).
-    struct StageCopy {
-      int c0, chunks;
-      uint32_t x_bytes;
-    };
-    auto stage_copy = [&](int s) {
-      StageCopy sc;
-      sc.c0 = stage_begin(s);
-      sc.chunks = min(kStageChunks, c_end - sc.c0);
-      sc.x_bytes = uint32_t(min(sc.chunks * kChunkK, k32 - sc.c0 * kChunkK) * 2);
-      return sc;
-    };
-    // The weights and scale parameters (no kernel writes them: PDL lets them go early), after the zeros
-    // past K in x's rows and the barrier's byte count for the whole stage.
-    auto copy_weights = [&](int s, const StageCopy& sc) {
-      const uint32_t strip_bytes = uint32_t(sc.chunks * chunk_bytes(kBits));
-      const uint32_t row_tail = uint32_t(sc.chunks * kChunkK * 2) - sc.x_bytes;  // 16-byte multiple
-      for (uint32_t i = lane; i < m * row_tail / 16; i += 32) {
-        const uint32_t at = x_region(s % kStages) + (i / (row_tail / 16)) * C::kXRowStride + sc.x_bytes +
-                            16 * (i % (row_tail / 16));
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0u) : "memory");
-      }
-      const int params = kBits == 4 ? sc.chunks : 0;
-      if (lane == 0)
-        mbar_arrive_expect_tx(full(s % kStages), strips_here * strip_bytes + m * sc.x_bytes +
-                                                     uint32_t(params * rows * (2 + (kZeros ? 1 : 0))));
-      else
-        mbar_arrive(full(s % kStages));
-      __syncwarp();  // the byte count is in before any copy can complete
-      // A lane per strip's run, then per chunk's scale row.
-      for (int i = lane; i < kStrips + params; i += 32) {
-        if (i < kStrips) {
-          const int strip = blockIdx.x * kStrips + i;
-          const int64_t run = (int64_t(strip) * p.chunks + sc.c0) * chunk_bytes(kBits);
-          if (strip < strips)
-            bulk_load(w_region(s % kStages) + i * C::kStripStageBytes,
-                      reinterpret_cast<const uint8_t*>(p.packed) + run, strip_bytes, full(s % kStages));
-        } else if constexpr (kBits == 4) {
-          const int u = i - kStrips;
-          const int64_t at = int64_t(p.chunk_to_group.divide(uint32_t(sc.c0 + u))) * p.n + row0;
-          bulk_load(scale_region(s % kStages) + u * C::kChunkScaleBytes, p.scales + at, uint32_t(2 * rows),
-                    full(s % kStages));
+    if (lane == 0) {
+      const int row0 = blockIdx.x * kStrips * kStripN;  // the block's first row of W
+      // The weights and scale parameters (no kernel writes them: PDL lets them go early), after the
+      // barrier's byte count for the whole stage: whole boxes (chunks, rows and k past the weights' and x's
+      // read as zeros, which is what K's tail needs: the padding codes dequantize to 0, and 0 · NaN would
+      // poison; chunks past c_end inside the W box are read and left alone).
+      auto copy_weights = [&](int s) {
+        const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0), params = kBits == 4 ? chunks : 0;
+        const uint32_t slot = s % kStages;
+        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + chunks * C::kXTileBytes +
+                                                   params * (C::kChunkScaleBytes + (kZeros ? kStrips * kStripN : 0))));
+        tma_load_3d(w_region(slot), &p.w_map, full(slot), 0, c0, blockIdx.x * kStrips);
+        for (int u = 0; u < params; ++u) {
+          const int group = int(p.chunk_to_group.divide(uint32_t(c0 + u)));
+          tma_load_2d(scale_region(slot) + u * C::kChunkScaleBytes, &p.scale_map, full(slot), row0, group);
           if constexpr (kZeros)
-            bulk_load(zero_region(s % kStages) + u * C::kChunkZeroBytes, p.zeros + at, uint32_t(rows),
-                      full(s % kStages));
+            tma_load_2d(zero_region(slot) + u * C::kChunkZeroBytes, &p.zero_map, full(slot), row0, group);
         }
+      };
+      // x's tiles of the stage (after the kernel before), one box of kXRows rows a chunk.
+      auto copy_x = [&](int s) {
+        const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0);
+        for (int u = 0; u < chunks; ++u)
+          tma_load_2d(x_region(s % kStages) + u * C::kXTileBytes, &p.x_map, full(s % kStages), (c0 + u) * kChunkK, 0);
+      };
+      const int early = pdl.on ? min(kStages, stages) : 0;
+      for (int s = 0; s < early; ++s) copy_weights(s);
+      if (pdl.on) pdl_wait();
+      for (int s = 0; s < early; ++s) copy_x(s);
+      for (int s = early; s < stages; ++s) {
+        mbar_wait(empty(s % kStages), ((s / kStages) & 1) ^ 1);
+        copy_weights(s);
+        copy_x(s);
       }
-    };
-    // x's rows of the stage (after the kernel before).
-    auto copy_x = [&](int s, const StageCopy& sc) {
-      if (lane < m)
-        bulk_load(x_region(s % kStages) + lane * C::kXRowStride, p.x + int64_t(lane) * k32 + sc.c0 * kChunkK,
-                  sc.x_bytes, full(s % kStages));
-    };
-    const int early = pdl.on ? min(kStages, stages) : 0;
-    for (int s = 0; s < early; ++s) copy_weights(s, stage_copy(s));
-    if (pdl.on) pdl_wait();
-    for (int s = 0; s < early; ++s) copy_x(s, stage_copy(s));
-    for (int s = early; s < stages; ++s) {
-      mbar_wait(empty(s % kStages), ((s / kStages) & 1) ^ 1);
-      const StageCopy sc = stage_copy(s);
-      copy_weights(s, sc);
-      copy_x(s, sc);
+    } else if (pdl.on) {
+      pdl_wait();  // every thread waits before the partial sums' writes
     }
   } else {  // the consumers
     pdl_begin(pdl);
@@ -208,10 +183,17 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
     const uint32_t param_row = 2 * (strip * kStripN + g);  // the lane's first row's scale, in a chunk's run
     const uint32_t scale_lane = param_row + u0 * C::kChunkScaleBytes;
     const uint32_t zero_lane = param_row / 2 + u0 * C::kChunkZeroBytes;
-    uint32_t x_lane[kMTiles];  // the lane's B fragments' bytes, per token tile
+    // The lane's B fragments, per token tile: x[16t, 16t + 16) of its row (the layout's K permutation), the
+    // 16-byte units 2t and 2t + 1 of the row's 128 bytes, as the swizzle placed them (unit i of the 128-byte
+    // line L of an atom at i ^ (L % 8)). Rows past the tile read its last (their sums are never stored);
+    // rows past M are zeros.
+    int x_row[kMTiles];
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-      x_lane[mt] = min(8 * mt + g, m - 1) * C::kXRowStride + 32 * t + u0 * kChunkK * 2;
+    for (int mt = 0; mt < kMTiles; ++mt) x_row[mt] = min(8 * mt + g, kXRows - 1);
+    auto x_unit0 = [&](int slot, int mt, int u) {
+      const int c = u0 + u, line = kXRows >= 8 ? x_row[mt] & 7 : (c * kXRows + x_row[mt]) & 7;
+      return x_region(slot) + c * C::kXTileBytes + x_row[mt] * 128 + ((2 * t ^ line) << 4);
+    };
     // The warp's chunk u0 + u of the stage in `slot`.
     auto consume = [&](int slot, int u) {
       uint32_t words[lane_chunk_bytes(kBits) / 4];
@@ -221,8 +203,9 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       uint32_t xb[kMTiles][8];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        lds128(x_region(slot) + x_lane[mt] + u * kChunkK * 2, &xb[mt][0]);
-        lds128(x_region(slot) + x_lane[mt] + u * kChunkK * 2 + 16, &xb[mt][4]);
+        const uint32_t at = x_unit0(slot, mt, u);
+        lds128(at, &xb[mt][0]);
+        lds128(at ^ 16, &xb[mt][4]);  // unit 2t + 1: (2t ^ L) ^ 1
       }
       LoadedRowGroupParams loaded;
       if constexpr (kBits == 4)
@@ -267,7 +250,7 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
     }
   }
   __syncthreads();  // every warp is done with the ring: the partial sums take it
-  finish_strips<kBits, kMTiles, 4>(p, acc, reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem_raw), kStrips,
+  finish_strips<kBits, kMTiles, 4>(p, acc, reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem), kStrips,
                                    kSlices);
 }
 
@@ -289,13 +272,18 @@ DecodeLaunch stream_launch_sliced(int slices) {
   return slices == 2 ? stream_launch<kBits, kXRows, kZeros, 2>() : stream_launch<kBits, kXRows, kZeros>();
 }
 
+// x's rows a stage holds: the tokens rounded up to a power of two.
+constexpr int stream_x_rows(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
+
 template <int kBits, bool kZeros = false>
 DecodeLaunch stream_launch_for_tokens(int64_t m, int slices) {
-  if (m <= 1) return stream_launch_sliced<kBits, 1, kZeros>(slices);
-  if (m <= 2) return stream_launch_sliced<kBits, 2, kZeros>(slices);
-  if (m <= 4) return stream_launch<kBits, 4, kZeros>();
-  if (m <= 8) return stream_launch<kBits, 8, kZeros>();
-  return stream_launch<kBits, 16, kZeros>();
+  switch (stream_x_rows(m)) {
+    case 1: return stream_launch_sliced<kBits, 1, kZeros>(slices);
+    case 2: return stream_launch_sliced<kBits, 2, kZeros>(slices);
+    case 4: return stream_launch<kBits, 4, kZeros>();
+    case 8: return stream_launch<kBits, 8, kZeros>();
+    default: return stream_launch<kBits, 16, kZeros>();
+  }
 }
 
 }  // namespace
@@ -308,6 +296,17 @@ DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per
                         : stream_launch_for_tokens<4>(args.m, slices);
     default: return stream_launch_for_tokens<8>(args.m, slices);
   }
+}
+
+void run_stream(const WeightOnlyGemmArgs& args, DecodeParams p, int strips_per_block, dim3 grid, cudaStream_t stream) {
+  const int slices = kStreamWarps / strips_per_block, x_rows = stream_x_rows(args.m);
+  set_weight_maps(p, args, stream_warp_chunks(args.format.bits, x_rows, slices, args.zeros != nullptr) * slices,
+                  strips_per_block);
+  const uint64_t dims[2] = {uint64_t(args.k), uint64_t(args.m)}, strides[1] = {uint64_t(args.k) * 2};
+  const uint32_t box[2] = {uint32_t(kChunkK), uint32_t(x_rows)};
+  p.x_map = make_tma_map_16bit("weight-only x", args.x, false, 2, dims, strides, box);
+  const DecodeLaunch l = stream_decode_launch(args, strips_per_block);
+  launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
 
 }  // namespace topt::kernels::gemm::weight_only

@@ -33,7 +33,6 @@
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/sm90/sm90_wgmma.cuh"
-#include "kernels/sm90/tma_map.h"
 
 namespace topt::kernels::gemm::weight_only {
 
@@ -248,19 +247,7 @@ void run_wgmma(const WeightOnlyGemmArgs& args, DecodeParams p, dim3 grid, cudaSt
   const int64_t threads = p.chunks * tile_n * 32;
   launch_kernel(stage_wgmma_x_kernel, dim3(unsigned((threads + 255) / 256)), 256, 0, stream, p, tile_n);
 
-  const WeightShape shape{args.n, args.k};
-  const int bits = args.format.bits, words = chunk_bytes(bits) / 4;
-  const uint64_t w_dims[3] = {uint64_t(words), uint64_t(shape.chunks()), uint64_t(shape.strips())};
-  const uint64_t w_strides[2] = {uint64_t(chunk_bytes(bits)), uint64_t(shape.chunks() * chunk_bytes(bits))};
-  const uint32_t w_box[3] = {uint32_t(words), uint32_t(wgmma_stage_chunks(bits)), uint32_t(kWgmmaStrips)};
-  p.w_map = make_tma_map_unswizzled("weight-only packed W", args.packed, 4, 3, w_dims, w_strides, w_box);
-  if (bits == 4) {
-    const uint64_t dims[2] = {uint64_t(args.n), uint64_t(scale_groups(args.k, std::min(args.format.group, args.k)))};
-    const uint32_t box[2] = {uint32_t(kWgmmaStrips * kStripN), 1};
-    const uint64_t scale_strides[1] = {uint64_t(args.n) * 2}, zero_strides[1] = {uint64_t(args.n)};
-    p.scale_map = make_tma_map_unswizzled("weight-only scales", args.scales, 2, 2, dims, scale_strides, box);
-    if (args.zeros) p.zero_map = make_tma_map_unswizzled("weight-only zeros", args.zeros, 1, 2, dims, zero_strides, box);
-  }
+  set_weight_maps(p, args, wgmma_stage_chunks(args.format.bits), kWgmmaStrips);
   const DecodeLaunch l = wgmma_decode_launch(args);
   const PdlScope after_staging(true);  // its weights' first ring streams while x is staged
   launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);

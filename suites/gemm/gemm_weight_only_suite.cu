@@ -187,8 +187,8 @@ std::unique_ptr<Instance> cublaslt_bf16(const WeightOnlyProblem& p, const void* 
   return cublaslt_gemm_instance(spec, w, p.x->data, d, s);
 }
 
-// ours: from 9 tokens on large weights the wgmma kernel (its K splits from plan_weight_only_wgmma); else int4
-// up to 16 tokens on large weights the streaming kernel (its K splits from plan_weight_only_stream); else up to
+// ours: int4 up to 16 tokens on large weights the streaming kernel (its K splits from plan_weight_only_stream);
+// else from 9 tokens on large weights the wgmma kernel (its K splits from plan_weight_only_wgmma); else up to
 // kWeightOnlyDecodeMaxM tokens the decode kernel, one strip of 16 rows per block, its 8 warps splitting K
 // (kStripPerBlockPlan: no workspace; K split across blocks by plan_weight_only_decode was slower on every row
 // measured on the H100); above, W dequantized to bf16 and the core's bf16 GEMM, timed together
@@ -355,8 +355,8 @@ OpDef weight_only_op(const char* name, const char* summary) {
        "the dequantize kernel (packed W to bf16, timed) then cuBLASLt bf16 TN (fastest of 8)", nullptr,
        prepare(prepare_dequant_cublaslt), "weights", true},
       {"ours", Role::ours,
-       "M <= 64: from 9 tokens on large weights the wgmma kernel (ours_v3); else int4 up to 16 tokens on large "
-       "weights the streaming kernel (ours_v4); else packed W streamed (ld.global.nc, a batch ahead), "
+       "M <= 64: int4 up to 16 tokens on large weights the streaming kernel (ours_v4); else from 9 tokens on "
+       "large weights the wgmma kernel (ours_v3); else packed W streamed (ld.global.nc, a batch ahead), "
        "dequantized in registers, mma.sync m16n8k16 with the tokens as n8, one block per 16 rows, its 8 warps "
        "splitting K (ours_v2; choose_weight_only_path); M > 64: dequantize then the sm90 core",
        nullptr,
@@ -371,8 +371,8 @@ OpDef weight_only_op(const char* name, const char* summary) {
        wgmma_unsupported, ours_rung(WeightOnlyPath::wgmma), "weights"},
       {"ours_v4", Role::ours,
        "M <= 16: the streaming kernel alone, a block of 8 warps on 8 strips (128 rows; at M <= 2 4 strips of 2 "
-       "warps where that saves K splits) and one K range, each strip's run of packed W, a scale row a chunk and "
-       "x's rows by bulk copies into a ring, each warp dequantizing its strip from shared memory into mma.sync "
+       "warps where that saves K splits) and one K range, the strips' runs of packed W, a scale row a chunk and "
+       "x's rows by TMA into a ring, each warp dequantizing its strip from shared memory into mma.sync "
        "m16n8k16",
        [](const Case& c) {
          const GemmShape g(c);
