@@ -43,8 +43,9 @@ void pack_weight_only(const uint8_t* codes, const WeightShape& shape, int bits, 
 void dequantize_weight_only(const WeightOnlyGemmArgs& args, void* w, cudaStream_t stream);
 // The decode GEMM (M ≤ kWeightOnlyDecodeMaxM) as `plan` spreads it (weight_only_plan.h: the mma.sync
 // kernel, the wgmma kernel or the streaming kernel); `workspace` holds weight_only_decode_workspace_bytes
-// (the split partials and an arrival counter per block column), null where that is 0, zeroed once by
-// init_weight_only_decode_workspace (the kernel leaves the counters at zero).
+// (the split partials, an arrival counter per block column, and the wgmma kernel's staged x), null where
+// that is 0, zeroed once by init_weight_only_decode_workspace (the kernel leaves the counters at zero). The
+// wgmma and streaming kernels' TMA maps are encoded on the host at every call (a graph captures them once).
 size_t weight_only_decode_workspace_bytes(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan);
 void init_weight_only_decode_workspace(const WeightOnlyGemmArgs& args, const WeightOnlyDecodePlan& plan,
                                        void* workspace, cudaStream_t stream);
