@@ -410,7 +410,8 @@ void run_weight_only_decode(const WeightOnlyGemmArgs& args, const WeightOnlyDeco
     throw std::invalid_argument("run_weight_only_decode: " + plan.describe() + ": " + why);
   if (plan.kernel == WeightOnlyPath::wgmma) return run_wgmma(args, p, grid, stream);
   if (plan.kernel == WeightOnlyPath::stream) return run_stream(args, p, plan.strips_per_block, grid, stream);
-  launch_kernel(decode_kernel_for(args), grid, kDecodeWarps * 32, 0, stream, p);
+  const DecodeLaunch l = launch_for(args, plan);
+  launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }
 
 WeightOnlyDecodePlan plan_weight_only_gemm(const WeightOnlyGemmArgs& args, WeightOnlyPath kernel,

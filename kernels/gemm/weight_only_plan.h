@@ -29,7 +29,7 @@ inline int64_t wgmma_min_weights(int64_t m, int bits) {
   return int64_t(3) << 24;
 }
 // The streaming kernel (weight_only_stream.cu): a block is kStreamWarps consumer warps over
-// kStreamWarps / slices strips and one K range, fed by bulk copies; each strip's run of a stage is split
+// kStreamWarps / slices strips and one K range, fed by TMA copies; each strip's run of a stage is split
 // among `slices` warps (1, or 2 at up to kStreamSlicedMaxM tokens: plan_weight_only_stream).
 constexpr int kStreamWarps = 8;
 constexpr int64_t kStreamSlicedMaxM = 2;
@@ -37,23 +37,23 @@ constexpr int64_t kWeightOnlyStreamMaxM = 16;
 
 enum class WeightOnlyPath {
   decode,                // weight_only_decode_kernel: packed weights → registers → mma.sync, x read by every warp
-  wgmma,                 // weight_only_wgmma_kernel: weights and x through shared memory, x read once a block
-  stream,                // weight_only_stream_kernel: bulk copies of whole runs into a ring, 8 consumer warps
+  wgmma,                 // weight_only_wgmma_kernel: TMA copies into a ring, x staged as wgmma's B, 4 warpgroups
+  stream,                // weight_only_stream_kernel: TMA copies of whole runs into a ring, 8 consumer warps
   dequantize_then_core,  // the whole W dequantized to bf16 in the workspace, then the sm90 core's bf16 GEMM
 };
 
-// Why a kernel that copies int4's scale rows (and zero rows) of a block's outputs by bulk copies, whose sizes
-// and addresses are 16-byte multiples, cannot take N, or "": N a multiple of 8 (bf16 scales), of 16 with zero
-// points. The streaming and wgmma kernels do.
+// Why a kernel that copies int4's scale rows (and zero rows) of a block's outputs by TMA, whose tensor rows
+// must be 16-byte multiples, cannot take N, or "": N a multiple of 8 (bf16 scales), of 16 with zero points.
+// The streaming and wgmma kernels do.
 inline std::string weight_only_param_rows_unsupported(int64_t n, int bits, bool zeros) {
   if (bits == 4 && n % (zeros ? 16 : 8) != 0)
     return "n = " + std::to_string(n) + " is not a multiple of " + (zeros ? "16" : "8") +
-           " (the scale" + (zeros ? " and zero" : "") + " rows' bulk copies take 16-byte runs)";
+           " (the scale" + (zeros ? " and zero" : "") + " rows' TMA copies take 16-byte rows)";
   return "";
 }
 
 // Why the streaming kernel cannot take this GEMM, or "": up to 16 tokens (two n8 token tiles), and the
-// parameter rows' bulk copies.
+// parameter rows' TMA copies.
 inline std::string weight_only_stream_unsupported(int64_t m, int64_t n, int bits, bool zeros) {
   if (m > kWeightOnlyStreamMaxM)
     return "m = " + std::to_string(m) + " is past the streaming kernel's " + std::to_string(kWeightOnlyStreamMaxM);

@@ -5,7 +5,7 @@
 // Why (session 25's probe, H200): a CTA-wide ring filled by bulk copies of contiguous runs read the
 // weights faster than the harness's read kernel, and a consumer that does little besides its math keeps
 // that rate. The decode kernel's per-lane global loads start each warp's pipeline cold every few chunks
-// (75% of the read bound at one token); the wgmma kernel's per-lane cp.async pieces cost issue slots.
+// (75% of the read bound at one token); session 23's wgmma kernel's per-lane cp.async pieces cost issue slots.
 // Why mma.sync and not wgmma (session 26, H200): an int4 chunk is 4x the k16 steps of bf16 per byte, and
 // wgmma's m64n8k16 held this kernel to ~70% of the read bound at one token (a second m64n8k16 a step
 // took it to 47%: the tensor pipe, not the issue slots, set the pace); mma.sync m16n8k16 is n8's shape.
