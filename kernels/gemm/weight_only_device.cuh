@@ -269,6 +269,22 @@ __device__ __forceinline__ void store_strip_partial(float (*partial)[kMTiles * 8
     for (int i = 0; i < 4; ++i) partial[slot][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
 }
 
+// After a block's partials are written: whether it is the last of the launch's K splits of its rows (blockIdx.x)
+// to arrive, which then sums them. That block resets the counter, which no other split of this launch reads
+// again, for the next launch.
+__device__ __forceinline__ bool last_split_arrives(const DecodeParams& p) {
+  __shared__ bool is_last;
+  __threadfence();  // this block's partials visible to the GPU before its arrival counts
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    is_last = atomicAdd(&p.arrivals[blockIdx.x], 1) == p.splits - 1;
+    if (is_last) p.arrivals[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (is_last) __threadfence();
+  return is_last;
+}
+
 template <int kBits, int kMTiles, int kOutputsInFlight, int kSplitsInFlight = 1>
 __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partial)[kMTiles * 8][kStripN + 1],
                                            int strips_per_block, int slices) {
@@ -286,18 +302,7 @@ __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partia
     if (p.splits > 1) p.partials[(int64_t(blockIdx.y) * p.m + token) * p.n + col] = sum;
     else store(token, col, sum);
   }
-  if (p.splits == 1) return;
-
-  __shared__ bool is_last;
-  __threadfence();  // this block's partials visible to the GPU before its arrival counts
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    is_last = atomicAdd(&p.arrivals[blockIdx.x], 1) == p.splits - 1;
-    if (is_last) p.arrivals[blockIdx.x] = 0;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (p.splits == 1 || !last_split_arrives(p)) return;
   // A thread's outputs in groups of kOutputsInFlight, the loads of kSplitsInFlight splits of a group issued
   // before their adds: splits / kSplitsInFlight L2 round trips per group, not per output (the wgmma kernel,
   // 8 outputs a thread at 16 tokens, spent ~15% of its stall samples here loading one output's splits at a
@@ -333,6 +338,79 @@ __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partia
 #pragma unroll
     for (int j = 0; j < kOutputsInFlight; ++j)
       if (stored[j]) store(token[j], col[j], sum[j]);
+  }
+}
+
+// 8 consecutive outputs of y's row `token` from column `col` on (a multiple of 8: N is, where this is used),
+// as one 16-byte store; int8 times the columns' scales first.
+template <int kBits>
+__device__ __forceinline__ void store_y8(const DecodeParams& p, int token, int64_t col, const float (&v)[8]) {
+  float scale[8] = {1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 1.f};
+  if constexpr (kBits == 8) {
+    const uint4 s = __ldg(reinterpret_cast<const uint4*>(p.scales + col));
+    const uint32_t words[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(bf16x2_of(words[i]));
+      scale[2 * i] = f.x, scale[2 * i + 1] = f.y;
+    }
+  }
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = bits_of(__floats2bfloat162_rn(v[2 * i] * scale[2 * i], v[2 * i + 1] * scale[2 * i + 1]));
+  *reinterpret_cast<uint4*>(p.out + token * p.n + col) = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// A block's sums as a tile [token][row] in shared memory (fp32, `stride` floats a token, rows of its kRows
+// from blockIdx.x · kRows), 8 rows of a token at a time: 16-byte stores of y, or of fp32 partials that the
+// last split to arrive sums 16 bytes a load. (The strips' scalar sums, one output a thread and step, took the
+// wgmma kernel 7.7 µs a block at 64 tokens and the last split ~23: H200, 4096 × 4096, 4 K splits.)
+// N is a multiple of 8 (weight_only_param_rows_unsupported).
+template <int kBits, int kRows>
+__device__ __forceinline__ void sum_row_groups(const DecodeParams& p, uint32_t tile, int stride) {
+  constexpr int kGroups = kRows / 8;
+  const int64_t row0 = int64_t(blockIdx.x) * kRows;
+  const int items = int(p.m) * kGroups;
+  auto col_of = [&](int i) { return row0 + (i % kGroups) * 8; };
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int token = i / kGroups;
+    const int64_t col = col_of(i);
+    if (col >= p.n) continue;
+    float v[8];
+    const uint32_t at = tile + 4 * uint32_t(token * stride + (i % kGroups) * 8);
+    lds128(at, reinterpret_cast<uint32_t*>(v));
+    lds128(at + 16, reinterpret_cast<uint32_t*>(v + 4));
+    if (p.splits == 1) {
+      store_y8<kBits>(p, token, col, v);
+    } else {
+      float4* out = reinterpret_cast<float4*>(p.partials + (int64_t(blockIdx.y) * p.m + token) * p.n + col);
+      out[0] = make_float4(v[0], v[1], v[2], v[3]);
+      out[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  }
+  if (p.splits == 1 || !last_split_arrives(p)) return;
+  // The splits' loads of an item issued before their adds: one L2 round trip an item.
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int token = i / kGroups;
+    const int64_t col = col_of(i);
+    if (col >= p.n) continue;
+    float sum[8] = {};
+    for (int s0 = 0; s0 < p.splits; s0 += 4) {
+      float4 part[4][2];
+#pragma unroll
+      for (int ds = 0; ds < 4; ++ds) {
+        const float4* at = reinterpret_cast<const float4*>(p.partials + (int64_t(s0 + ds) * p.m + token) * p.n + col);
+        const bool in = s0 + ds < p.splits;
+        part[ds][0] = in ? __ldcg(at) : make_float4(0.f, 0.f, 0.f, 0.f);
+        part[ds][1] = in ? __ldcg(at + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int ds = 0; ds < 4; ++ds) {
+        sum[0] += part[ds][0].x, sum[1] += part[ds][0].y, sum[2] += part[ds][0].z, sum[3] += part[ds][0].w;
+        sum[4] += part[ds][1].x, sum[5] += part[ds][1].y, sum[6] += part[ds][1].z, sum[7] += part[ds][1].w;
+      }
+    }
+    store_y8<kBits>(p, token, col, sum);
   }
 }
 

@@ -18,15 +18,15 @@ constexpr int64_t kWeightOnlyWgmmaMinM = 9;
 // Where the wgmma kernel leads the others: on weights (N · K) from a size that falls as the tokens grow,
 // since the decode kernel's x traffic grows with them and the wgmma kernel's blocks (16 strips on one K
 // range) need wide weights to fill the SMs without K splits. Measured on the H200 on the Llama-2 layers
-// (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel, session 28"; µs decode / wgmma): at 16 tokens 57344 × 8192
-// 140.2 / 102.5, 8192 × 28672 88.9 / 55.7, 27648 × 5120 51.9 / 38.4, 10240 × 8192 34.1 / 32.4 (int4 takes the
-// streaming kernel there); at 32 8192 × 8192 36.5 / 36.0, 12288 × 4096 31.7 / 33.8; at 64 12288 × 4096 61.1 /
-// 46.8, 4096 × 11008 49.5 / 55.6. int8 from 2^27 weights at 9-32 tokens (57344 × 8192 at 16: 196.0 / 143.4;
-// 8192 × 28672 109.2 / 80.6).
+// (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel's sums, session 29"; µs decode / wgmma): at 16 tokens 8192 ×
+// 8192 32.0 / 26.7, 22016 × 4096 35.6 / 38.9, 12288 × 4096 21.8 / 24.2 (int4 takes the streaming kernel on
+// the first, and K = 4096 keeps the decode kernel); at 32 12288 × 4096 31.6 / 26.3, 4096 × 11008 26.0 / 27.8;
+// at 64 4096 × 11008 49.5 / 36.4, 4096 × 4096 24.1 / 25.3. int8 from 2^27 weights at 9-32 tokens (57344 ×
+// 8192 at 16: 196.0 / 138.3).
 inline int64_t wgmma_min_weights(int64_t m, int bits) {
   if (m <= 16 || (bits == 8 && m <= 32)) return int64_t(1) << 27;
-  if (m <= 32) return int64_t(1) << 26;
-  return int64_t(3) << 24;
+  if (m <= 32 || bits == 8) return int64_t(3) << 24;
+  return int64_t(1) << 25;
 }
 // The streaming kernel (weight_only_stream.cu): a block is kStreamWarps consumer warps over
 // kStreamWarps / slices strips and one K range, fed by TMA copies; each strip's run of a stage is split

@@ -141,10 +141,11 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       // barrier's byte count for the whole stage: whole boxes (chunks, rows and k past the weights' and x's
       // read as zeros, which is what K's tail needs: the padding codes dequantize to 0, and 0 · NaN would
       // poison; chunks past c_end inside the W box are read and left alone).
+      const bool x_stage_box = p.full_chunks == p.chunks;
       auto copy_weights = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0), params = kBits == 4 ? chunks : 0;
         const uint32_t slot = s % kStages;
-        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + chunks * C::kXTileBytes +
+        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + (x_stage_box ? C::kXBytes : chunks * C::kXTileBytes) +
                                                    params * (C::kChunkScaleBytes + (kZeros ? kStrips * kStripN : 0))));
         tma_load_3d(w_region(slot), &p.w_map, full(slot), 0, c0, blockIdx.x * kStrips);
         for (int u = 0; u < params; ++u) {
@@ -154,11 +155,18 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
             tma_load_2d(zero_region(slot) + u * C::kChunkZeroBytes, &p.zero_map, full(slot), row0, group);
         }
       };
-      // x's tiles of the stage (after the kernel before), one box of kXRows rows a chunk.
+      // x's tiles of the stage (after the kernel before): where K is whole chunks, one 3D box of the stage's
+      // chunks (run_stream's map; chunks past K read as zeros, those past c_end are left alone), else a 2D box
+      // of kXRows rows a chunk (k past K zeros). (A box a chunk cost the decode step's sliced 1-token GEMMs,
+      // 16 chunks a stage, 1.2-4.8 µs a launch against session 27's one copy of x a stage.)
       auto copy_x = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0);
-        for (int u = 0; u < chunks; ++u)
-          tma_load_2d(x_region(s % kStages) + u * C::kXTileBytes, &p.x_map, full(s % kStages), (c0 + u) * kChunkK, 0);
+        if (x_stage_box) {
+          tma_load_3d(x_region(s % kStages), &p.x_map, full(s % kStages), 0, 0, c0);
+        } else {
+          for (int u = 0; u < chunks; ++u)
+            tma_load_2d(x_region(s % kStages) + u * C::kXTileBytes, &p.x_map, full(s % kStages), (c0 + u) * kChunkK, 0);
+        }
       };
       const int early = pdl.on ? min(kStages, stages) : 0;
       for (int s = 0; s < early; ++s) copy_weights(s);
@@ -300,11 +308,18 @@ DecodeLaunch stream_decode_launch(const WeightOnlyGemmArgs& args, int strips_per
 
 void run_stream(const WeightOnlyGemmArgs& args, DecodeParams p, int strips_per_block, dim3 grid, cudaStream_t stream) {
   const int slices = kStreamWarps / strips_per_block, x_rows = stream_x_rows(args.m);
-  set_weight_maps(p, args, stream_warp_chunks(args.format.bits, x_rows, slices, args.zeros != nullptr) * slices,
-                  strips_per_block);
-  const uint64_t dims[2] = {uint64_t(args.k), uint64_t(args.m)}, strides[1] = {uint64_t(args.k) * 2};
-  const uint32_t box[2] = {uint32_t(kChunkK), uint32_t(x_rows)};
-  p.x_map = make_tma_map_16bit("weight-only x", args.x, false, 2, dims, strides, box);
+  const int stage_chunks = stream_warp_chunks(args.format.bits, x_rows, slices, args.zeros != nullptr) * slices;
+  set_weight_maps(p, args, stage_chunks, strips_per_block);
+  if (p.full_chunks == p.chunks) {  // the kernel's one box a stage: x as [chunk][token][64 k]
+    const uint64_t dims[3] = {uint64_t(kChunkK), uint64_t(args.m), uint64_t(p.chunks)};
+    const uint64_t strides[2] = {uint64_t(args.k) * 2, uint64_t(kChunkK) * 2};
+    const uint32_t box[3] = {uint32_t(kChunkK), uint32_t(x_rows), uint32_t(stage_chunks)};
+    p.x_map = make_tma_map_16bit("weight-only x", args.x, false, 3, dims, strides, box);
+  } else {
+    const uint64_t dims[2] = {uint64_t(args.k), uint64_t(args.m)}, strides[1] = {uint64_t(args.k) * 2};
+    const uint32_t box[2] = {uint32_t(kChunkK), uint32_t(x_rows)};
+    p.x_map = make_tma_map_16bit("weight-only x", args.x, false, 2, dims, strides, box);
+  }
   const DecodeLaunch l = stream_decode_launch(args, strips_per_block);
   launch_kernel(l.kernel, grid, l.threads, l.smem, stream, p);
 }

@@ -71,8 +71,10 @@ struct WgmmaShape {
   static constexpr int kStages = std::min(8, kWgmmaSmemBudget / kStageBytes);
   static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * 8;
   static_assert(kStages >= 3, "two stages landing while one is read");
-  static_assert(size_t(kWgmmaStrips) * kMTiles * 8 * (kStripN + 1) * 4 <= size_t(kStages) * kStageBytes,
-                "the partial sums reuse the ring");
+  // The block's sums as a tile [token][row] of the ring (sum_row_groups): 4 floats of padding a token put the
+  // accumulators' stores (8 rows × 4 token pairs a warp) on distinct banks.
+  static constexpr int kRows = kWgmmaStrips * kStripN, kTileStride = kRows + 4;
+  static_assert(size_t(kN) * kTileStride * 4 <= size_t(kStages) * kStageBytes, "the sums' tile reuses the ring");
 };
 
 template <int kBits, int kN, bool kZeros>
@@ -189,13 +191,19 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
     wgmma_wait<0>();
     fence_regs(d);
   }
-  __syncthreads();  // every MMA is done with the ring: the partial sums take it
-  auto* partial = reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem);
-  if (warp < kWgmmaStrips) store_strip_partial<kMTiles>(partial, acc, warp);
+  __syncthreads();  // every MMA is done with the ring: the sums' tile takes it
+  if (warp < kWgmmaStrips) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int token = 8 * mt + 2 * t + (i & 1), row = warp * kStripN + g + 8 * (i >> 1);
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(ring + 4 * (token * C::kTileStride + row)), "f"(acc[mt][i]));
+      }
+  }
   __syncthreads();
-  // The last split's sums: 8 outputs × 4 splits of loads in flight a thread (one split at a time: 4096 × 4096 at
-  // 16 tokens, 4 splits, 24.4 against 23.1 µs).
-  sum_strips<kBits, kMTiles, 8, 4>(p, partial, kWgmmaStrips, 1);
+  sum_row_groups<kBits, C::kRows>(p, ring, C::kTileStride);
 }
 
 // One thread per 4 bytes of x's tiles (wgmma_tile_n(M) tokens × chunks × 32 pairs). The wgmma kernel after it

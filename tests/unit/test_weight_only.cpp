@@ -229,7 +229,8 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
 
 // Up to 64 tokens the weights stream packed: int4 up to 16 tokens on large weights with K from 5120 the
 // streaming kernel (2^27 weights at 1-2 tokens, 2^26 at 3-16); else the wgmma kernel from 9 tokens on weights
-// from 2^27 (up to 16 tokens; int8 up to 32), 2^26 (17-32), 3 · 2^24 (33-64); else the decode kernel; above
+// from 2^27 (up to 16 tokens; int8 up to 32), 3 · 2^24 (17-32; int8 33-64), 2^25 (33-64); else the decode
+// kernel; above
 // 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
 TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
   auto path = [](int64_t m, int64_t n, int64_t k, int bits = 4) { return choose_weight_only_path(m, n, k, bits); };
@@ -264,15 +265,19 @@ TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
   EXPECT_EQ(choose_weight_only_path(16, 57344, 8192, 4, false, true), WeightOnlyPath::stream);
   EXPECT_EQ(path(32, 8192, 8192), WeightOnlyPath::wgmma);  // 2^26 exactly
   EXPECT_EQ(path(32, 5120, 13824), WeightOnlyPath::wgmma);
-  EXPECT_EQ(path(32, 12288, 4096), WeightOnlyPath::decode);
-  EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);  // 3 · 2^24 exactly
-  EXPECT_EQ(path(64, 4096, 11008), WeightOnlyPath::decode);
+  EXPECT_EQ(path(32, 12288, 4096), WeightOnlyPath::wgmma);  // 3 · 2^24 exactly
+  EXPECT_EQ(path(32, 4096, 11008), WeightOnlyPath::decode);
+  EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 4096, 11008), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 4096, 8192), WeightOnlyPath::wgmma);  // 2^25 exactly
+  EXPECT_EQ(path(64, 5120, 5120), WeightOnlyPath::decode);
   EXPECT_EQ(path(64, 4096, 4096), WeightOnlyPath::decode);
   // int8: the decode kernel up to 8 tokens and on small weights, the wgmma kernel from 2^27 weights up to 32.
   EXPECT_EQ(path(1, 57344, 8192, 8), WeightOnlyPath::decode);
   for (int64_t m : {9, 16, 32, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
   EXPECT_EQ(path(32, 10240, 8192, 8), WeightOnlyPath::decode);
   EXPECT_EQ(path(64, 10240, 8192, 8), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 4096, 11008, 8), WeightOnlyPath::decode);  // int8 from 3 · 2^24 at 33-64
   for (int64_t m : {65, 128, 130, 256, 8192})
     for (int bits : {4, 8}) EXPECT_EQ(path(m, 4096, 4096, bits), WeightOnlyPath::dequantize_then_core) << m;
   // Against the decode kernel's split plans (the decode step): the streaming kernel on every int4 layer up to
@@ -284,10 +289,9 @@ TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
     EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 4, true), WeightOnlyPath::stream) << m;
     EXPECT_EQ(choose_weight_only_path(m, 4096, 4096, 8, true), WeightOnlyPath::decode) << m;  // int8
   }
-  for (int64_t m : {32, 64}) {
-    EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
-    EXPECT_EQ(choose_weight_only_path(m, 4096, 11008, 4, true), WeightOnlyPath::decode) << m;
-  }
+  for (int64_t m : {32, 64}) EXPECT_EQ(choose_weight_only_path(m, 10240, 8192, 4, true), WeightOnlyPath::wgmma) << m;
+  EXPECT_EQ(choose_weight_only_path(32, 4096, 11008, 4, true), WeightOnlyPath::decode);
+  EXPECT_EQ(choose_weight_only_path(64, 4096, 11008, 4, true), WeightOnlyPath::wgmma);
 }
 
 TEST(WeightOnlyPlan, DecodeSharesXAcrossStripsAndFillsTheLastWave) {
