@@ -21,12 +21,13 @@ constexpr int64_t kWeightOnlyWgmmaMinM = 9;
 // (kernels/gemm/W4A16_NOTES.md, "The wgmma kernel's sums, session 29"; µs decode / wgmma): at 16 tokens 8192 ×
 // 8192 32.0 / 26.7, 22016 × 4096 35.6 / 38.9, 12288 × 4096 21.8 / 24.2 (int4 takes the streaming kernel on
 // the first, and K = 4096 keeps the decode kernel); at 32 12288 × 4096 31.6 / 26.3, 4096 × 11008 26.0 / 27.8;
-// at 64 4096 × 11008 49.5 / 36.4, 4096 × 4096 24.1 / 25.3. int8 from 2^27 weights at 9-32 tokens (57344 ×
-// 8192 at 16: 196.0 / 138.3).
+// at 64 4096 × 11008 49.5 / 36.4, 5120 × 5120 38.2 / 29.1, 5120 × 4096 32.7 / 26.8, 4096 × 5120 28.1 / 28.2,
+// 4096 × 4096 24.1 / 25.3 (at 32 5120 × 5120 is 25.7 / 23.0, left to the decode kernel with the rest under
+// 3 · 2^24). int8 from 2^27 weights at 9-32 tokens (57344 × 8192 at 16: 196.0 / 138.3).
 inline int64_t wgmma_min_weights(int64_t m, int bits) {
   if (m <= 16 || (bits == 8 && m <= 32)) return int64_t(1) << 27;
   if (m <= 32 || bits == 8) return int64_t(3) << 24;
-  return int64_t(1) << 25;
+  return int64_t(5) << 22;
 }
 // The streaming kernel (weight_only_stream.cu): a block is kStreamWarps consumer warps over
 // kStreamWarps / slices strips and one K range, fed by TMA copies; each strip's run of a stage is split

@@ -229,7 +229,7 @@ TEST(WeightOnlyImport, ShapesThatDoNotFitAreNamed) {
 
 // Up to 64 tokens the weights stream packed: int4 up to 16 tokens on large weights with K from 5120 the
 // streaming kernel (2^27 weights at 1-2 tokens, 2^26 at 3-16); else the wgmma kernel from 9 tokens on weights
-// from 2^27 (up to 16 tokens; int8 up to 32), 3 · 2^24 (17-32; int8 33-64), 2^25 (33-64); else the decode
+// from 2^27 (up to 16 tokens; int8 up to 32), 3 · 2^24 (17-32; int8 33-64), 5 · 2^22 (33-64); else the decode
 // kernel; above
 // 64, the core. The Llama-2 layers as the H200 measured them (W4A16_NOTES.md).
 TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
@@ -269,9 +269,10 @@ TEST(WeightOnlyPlan, StreamDecodeOrWgmmaUpTo64TokensThenTheCore) {
   EXPECT_EQ(path(32, 4096, 11008), WeightOnlyPath::decode);
   EXPECT_EQ(path(64, 12288, 4096), WeightOnlyPath::wgmma);
   EXPECT_EQ(path(64, 4096, 11008), WeightOnlyPath::wgmma);
-  EXPECT_EQ(path(64, 4096, 8192), WeightOnlyPath::wgmma);  // 2^25 exactly
-  EXPECT_EQ(path(64, 5120, 5120), WeightOnlyPath::decode);
+  EXPECT_EQ(path(64, 5120, 5120), WeightOnlyPath::wgmma);
+  EXPECT_EQ(path(64, 5120, 4096), WeightOnlyPath::wgmma);  // 5 · 2^22 exactly
   EXPECT_EQ(path(64, 4096, 4096), WeightOnlyPath::decode);
+  EXPECT_EQ(path(32, 5120, 5120), WeightOnlyPath::decode);
   // int8: the decode kernel up to 8 tokens and on small weights, the wgmma kernel from 2^27 weights up to 32.
   EXPECT_EQ(path(1, 57344, 8192, 8), WeightOnlyPath::decode);
   for (int64_t m : {9, 16, 32, 64}) EXPECT_EQ(path(m, 57344, 8192, 8), WeightOnlyPath::wgmma) << m;
