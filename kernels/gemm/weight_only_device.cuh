@@ -285,7 +285,7 @@ __device__ __forceinline__ bool last_split_arrives(const DecodeParams& p) {
   return is_last;
 }
 
-template <int kBits, int kMTiles, int kOutputsInFlight, int kSplitsInFlight = 1>
+template <int kBits, int kMTiles, int kOutputsInFlight>
 __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partial)[kMTiles * 8][kStripN + 1],
                                            int strips_per_block, int slices) {
   constexpr int kStripOutputs = kMTiles * 8 * kStripN;  // (token, row) of one strip
@@ -303,10 +303,8 @@ __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partia
     else store(token, col, sum);
   }
   if (p.splits == 1 || !last_split_arrives(p)) return;
-  // A thread's outputs in groups of kOutputsInFlight, the loads of kSplitsInFlight splits of a group issued
-  // before their adds: splits / kSplitsInFlight L2 round trips per group, not per output (the wgmma kernel,
-  // 8 outputs a thread at 16 tokens, spent ~15% of its stall samples here loading one output's splits at a
-  // time; the decode kernel's 80 registers hold 4 outputs of one split).
+  // A thread's outputs in groups of kOutputsInFlight, a split's loads of a group issued before their adds: one
+  // L2 round trip per split and group, not per output (the decode kernel's 80 registers hold 4 outputs).
   const int outputs = strips_per_block * kStripOutputs;
   for (int i0 = threadIdx.x; i0 < outputs; i0 += kOutputsInFlight * blockDim.x) {
     int token[kOutputsInFlight];
@@ -321,19 +319,13 @@ __device__ __forceinline__ void sum_strips(const DecodeParams& p, float (*partia
       stored[j] = i < outputs && token[j] < p.m && col[j] < p.n;
       sum[j] = 0.f;
     }
-    for (int s0 = 0; s0 < p.splits; s0 += kSplitsInFlight) {
-      float split_sums[kSplitsInFlight][kOutputsInFlight];
+    for (int s = 0; s < p.splits; ++s) {
+      float split_sums[kOutputsInFlight];
 #pragma unroll
-      for (int ds = 0; ds < kSplitsInFlight; ++ds)
+      for (int j = 0; j < kOutputsInFlight; ++j)
+        split_sums[j] = stored[j] ? __ldcg(p.partials + (int64_t(s) * p.m + token[j]) * p.n + col[j]) : 0.f;  // L2
 #pragma unroll
-        for (int j = 0; j < kOutputsInFlight; ++j)
-          split_sums[ds][j] = stored[j] && s0 + ds < p.splits
-                                  ? __ldcg(p.partials + (int64_t(s0 + ds) * p.m + token[j]) * p.n + col[j])  // L2
-                                  : 0.f;
-#pragma unroll
-      for (int ds = 0; ds < kSplitsInFlight; ++ds)
-#pragma unroll
-        for (int j = 0; j < kOutputsInFlight; ++j) sum[j] += split_sums[ds][j];
+      for (int j = 0; j < kOutputsInFlight; ++j) sum[j] += split_sums[j];
     }
 #pragma unroll
     for (int j = 0; j < kOutputsInFlight; ++j)

@@ -16,11 +16,12 @@
 // - Producer (warp 8, one lane): per stage of kStageChunks chunks, one 3D TMA copy of the block's strips' runs
 //   (each strip's run of the stage is contiguous in the packed layout), one 2D copy per chunk of its group's
 //   scale row (the block's rows of a group are contiguous in [groups, N]; zeros likewise; a row per chunk,
-//   not per group, spares the consumers a division a chunk), and one 2D copy per chunk of x's rows (128-byte
-//   swizzled), all completing the stage's full barrier by bytes; k past K reads as zeros (the padding codes
-//   dequantize to 0, and 0 · NaN would poison). (Session 28: the bulk copies these replace, one per strip, per
-//   scale row and per token from the producer's lanes, were issued one lane at a time, and at 4-16 tokens
-//   the ring ran dry: 70B gate+up 97.4 → 83.6 µs at 4 tokens, 126.7 → 98.7 at 16.)
+//   not per group, spares the consumers a division a chunk), and x's rows (128-byte swizzled: one 3D copy of
+//   the stage's chunks where K is whole chunks, else a 2D copy a chunk), all completing the stage's full
+//   barrier by bytes; k past K reads as zeros (the padding codes dequantize to 0, and 0 · NaN would poison).
+//   (Session 28: the bulk copies these replace, one per strip, per scale row and per token from the
+//   producer's lanes, were issued one lane at a time, and at 4-16 tokens the ring ran dry: 70B gate+up 97.4 →
+//   83.6 µs at 4 tokens, 126.7 → 98.7 at 16.)
 // - Consumers (warps 0-7): warp w takes strip w % strips and the (w / strips)-th of the kSlices parts of
 //   its run in each stage (the slices' sums meet in finish_strips); per chunk, one 16-byte shared load of
 //   its lane's piece (the m16n8k16 A fragments of the chunk's 4 k16 tiles, weight_only_layout.h), two of x

@@ -23,6 +23,9 @@
 //   chunk's MMAs (their A registers are written next; a second register set with one group kept in flight,
 //   or a group per tile, were slower), the dequantization, and 4 wgmma (one group). A stage is released once
 //   its last chunk's group retired.
+// - The sums: the accumulators go to a [token][row] tile in the ring, and each thread takes 8 rows of a token
+//   at a time (sum_row_groups): 16-byte stores of y or of a split's partials, 16-byte loads in the last split's
+//   sum (one output a thread and step took 7.7 µs a block at 64 tokens, and the last split ~23).
 #include <cuda_bf16.h>
 
 #include <algorithm>
