@@ -39,6 +39,7 @@
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/weight_only_device.cuh"
+#include "kernels/gemm/weight_only_ring.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/sm90/tma_map.h"
@@ -109,25 +110,9 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
   constexpr int kStages = C::kStages, kStageChunks = C::kStageChunks, kMTiles = C::kMTiles;
   constexpr int kStrips = C::kStrips, kWarpChunks = C::kWarpChunks;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t ring = smem_addr(smem);
-  const uint32_t bars = ring + kStages * C::kStageBytes;
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
-  auto x_region = [&](int s) { return ring + s * C::kStageBytes; };
-  auto w_region = [&](int s) { return x_region(s) + C::kXBytes; };
-  auto scale_region = [&](int s) { return w_region(s) + C::kWBytes; };
-  auto zero_region = [&](int s) { return scale_region(s) + kStageChunks * C::kChunkScaleBytes; };
+  const WeightRing<C> r(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);  // the producer's lane 0, with the stage's bytes
-      // Every consumer lane arrives itself after its loads (racecheck follows no __syncwarp).
-      mbar_init(empty(s), C::kConsumerWarps * 32);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  r.init(C::kConsumerWarps * 32);  // every consumer lane arrives itself (racecheck follows no __syncwarp)
 
   const int c_begin = int(p.chunks * blockIdx.y / p.splits), c_end = int(p.chunks * (blockIdx.y + 1) / p.splits);
   const int stages = (c_end - c_begin + kStageChunks - 1) / kStageChunks;
@@ -146,14 +131,15 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       auto copy_weights = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0), params = kBits == 4 ? chunks : 0;
         const uint32_t slot = s % kStages;
-        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + (x_stage_box ? C::kXBytes : chunks * C::kXTileBytes) +
-                                                   params * (C::kChunkScaleBytes + (kZeros ? kStrips * kStripN : 0))));
-        tma_load_3d(w_region(slot), &p.w_map, full(slot), 0, c0, blockIdx.x * kStrips);
+        const int x_bytes = x_stage_box ? C::kXBytes : chunks * C::kXTileBytes;
+        const int param_bytes = params * (C::kChunkScaleBytes + (kZeros ? kStrips * kStripN : 0));
+        mbar_arrive_expect_tx(r.full(slot), uint32_t(C::kWBytes + x_bytes + param_bytes));
+        tma_load_3d(r.w(slot), &p.w_map, r.full(slot), 0, c0, blockIdx.x * kStrips);
         for (int u = 0; u < params; ++u) {
           const int group = int(p.chunk_to_group.divide(uint32_t(c0 + u)));
-          tma_load_2d(scale_region(slot) + u * C::kChunkScaleBytes, &p.scale_map, full(slot), row0, group);
+          tma_load_2d(r.scale(slot) + u * C::kChunkScaleBytes, &p.scale_map, r.full(slot), row0, group);
           if constexpr (kZeros)
-            tma_load_2d(zero_region(slot) + u * C::kChunkZeroBytes, &p.zero_map, full(slot), row0, group);
+            tma_load_2d(r.zero(slot) + u * C::kChunkZeroBytes, &p.zero_map, r.full(slot), row0, group);
         }
       };
       // x's tiles of the stage (after the kernel before): where K is whole chunks, one 3D box of the stage's
@@ -163,21 +149,13 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       auto copy_x = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0);
         if (x_stage_box) {
-          tma_load_3d(x_region(s % kStages), &p.x_map, full(s % kStages), 0, 0, c0);
+          tma_load_3d(r.x(s % kStages), &p.x_map, r.full(s % kStages), 0, 0, c0);
         } else {
           for (int u = 0; u < chunks; ++u)
-            tma_load_2d(x_region(s % kStages) + u * C::kXTileBytes, &p.x_map, full(s % kStages), (c0 + u) * kChunkK, 0);
+            tma_load_2d(r.x(s % kStages) + u * C::kXTileBytes, &p.x_map, r.full(s % kStages), (c0 + u) * kChunkK, 0);
         }
       };
-      const int early = pdl.on ? min(kStages, stages) : 0;
-      for (int s = 0; s < early; ++s) copy_weights(s);
-      if (pdl.on) pdl_wait();
-      for (int s = 0; s < early; ++s) copy_x(s);
-      for (int s = early; s < stages; ++s) {
-        mbar_wait(empty(s % kStages), ((s / kStages) & 1) ^ 1);
-        copy_weights(s);
-        copy_x(s);
-      }
+      produce_stages(r, stages, pdl, copy_weights, copy_x);
     } else if (pdl.on) {
       pdl_wait();  // every thread waits before the partial sums' writes
     }
@@ -201,14 +179,14 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
     for (int mt = 0; mt < kMTiles; ++mt) x_row[mt] = min(8 * mt + g, kXRows - 1);
     auto x_unit0 = [&](int slot, int mt, int u) {
       const int c = u0 + u, line = kXRows >= 8 ? x_row[mt] & 7 : (c * kXRows + x_row[mt]) & 7;
-      return x_region(slot) + c * C::kXTileBytes + x_row[mt] * 128 + ((2 * t ^ line) << 4);
+      return r.x(slot) + c * C::kXTileBytes + x_row[mt] * 128 + ((2 * t ^ line) << 4);
     };
     // The warp's chunk u0 + u of the stage in `slot`.
     auto consume = [&](int slot, int u) {
       uint32_t words[lane_chunk_bytes(kBits) / 4];
 #pragma unroll
       for (int v = 0; v < lane_chunk_bytes(kBits) / 16; ++v)
-        lds128(w_region(slot) + w_lane + u * chunk_bytes(kBits) + 16 * v, &words[4 * v]);
+        lds128(r.w(slot) + w_lane + u * chunk_bytes(kBits) + 16 * v, &words[4 * v]);
       uint32_t xb[kMTiles][8];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
@@ -218,8 +196,8 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       }
       LoadedRowGroupParams loaded;
       if constexpr (kBits == 4)
-        loaded = lds_row_group_params<kZeros>(scale_region(slot) + u * C::kChunkScaleBytes + scale_lane,
-                                              zero_region(slot) + u * C::kChunkZeroBytes + zero_lane);
+        loaded = lds_row_group_params<kZeros>(r.scale(slot) + u * C::kChunkScaleBytes + scale_lane,
+                                              r.zero(slot) + u * C::kChunkZeroBytes + zero_lane);
       if constexpr (kBits == 4 && kMTiles == 1) {
         // One token tile: a chunk's products sum in fp32 over exact codes and take the rows' scales once
         // (4 FFMA instead of 16 HMUL2 on the weights), as the decode kernel does.
@@ -247,7 +225,7 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
     };
     for (int s = 0; s < stages; ++s) {
       const int slot = s % kStages;
-      mbar_wait(full(slot), (s / kStages) & 1);
+      mbar_wait(r.full(slot), (s / kStages) & 1);
       const int chunks = min(kStageChunks, c_end - stage_begin(s));
       if (chunks == kStageChunks) {  // every stage but maybe the last: no bound to check
 #pragma unroll
@@ -255,11 +233,11 @@ __global__ void __launch_bounds__(StreamShape<kBits, kXRows, kZeros, kSlices>::k
       } else {
         for (int u = 0; u < min(kWarpChunks, chunks - u0); ++u) consume(slot, u);
       }
-      mbar_arrive(empty(slot));
+      mbar_arrive(r.empty(slot));
     }
   }
   __syncthreads();  // every warp is done with the ring: the partial sums take it
-  finish_strips<kBits, kMTiles, 4>(p, acc, reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(smem), kStrips,
+  finish_strips<kBits, kMTiles, 4>(p, acc, reinterpret_cast<float(*)[kMTiles * 8][kStripN + 1]>(r.base), kStrips,
                                    kSlices);
 }
 

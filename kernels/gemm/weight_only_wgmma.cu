@@ -33,6 +33,7 @@
 
 #include "harness/cuda_check.h"
 #include "kernels/gemm/weight_only_device.cuh"
+#include "kernels/gemm/weight_only_ring.cuh"
 #include "kernels/sm90/pdl.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/sm90/sm90_wgmma.cuh"
@@ -87,24 +88,9 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
   using C = WgmmaShape<kBits, kN, kZeros>;
   constexpr int kStages = C::kStages, kStageChunks = C::kStageChunks, kMTiles = C::kMTiles;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t ring = smem_addr(smem);
-  const uint32_t bars = ring + kStages * C::kStageBytes;
-  auto full = [&](int s) { return bars + 8 * s; };
-  auto empty = [&](int s) { return bars + 8 * (kStages + s); };
-  auto x_region = [&](int s) { return ring + s * C::kStageBytes; };
-  auto w_region = [&](int s) { return x_region(s) + C::kXBytes; };
-  auto scale_region = [&](int s) { return w_region(s) + C::kWBytes; };
-  auto zero_region = [&](int s) { return scale_region(s) + kStageChunks * C::kChunkScaleBytes; };
+  const WeightRing<C> r(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 1);  // the producer's lane 0, with the stage's bytes
-      mbar_init(empty(s), C::kConsumerThreads);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  r.init(C::kConsumerThreads);
 
   const int c_begin = int(p.chunks * blockIdx.y / p.splits), c_end = int(p.chunks * (blockIdx.y + 1) / p.splits);
   const int stages = (c_end - c_begin + kStageChunks - 1) / kStageChunks;
@@ -122,31 +108,23 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
       auto copy_weights = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0), params = kBits == 4 ? chunks : 0;
         const uint32_t slot = s % kStages;
-        mbar_arrive_expect_tx(full(slot), uint32_t(C::kWBytes + chunks * C::kXChunkBytes +
-                                                   params * (C::kChunkScaleBytes + (kZeros ? C::kChunkZeroBytes : 0))));
-        tma_load_3d(w_region(slot), &p.w_map, full(slot), 0, c0, blockIdx.x * kWgmmaStrips);
+        const int param_bytes = params * (C::kChunkScaleBytes + (kZeros ? C::kChunkZeroBytes : 0));
+        mbar_arrive_expect_tx(r.full(slot), uint32_t(C::kWBytes + chunks * C::kXChunkBytes + param_bytes));
+        tma_load_3d(r.w(slot), &p.w_map, r.full(slot), 0, c0, blockIdx.x * kWgmmaStrips);
         for (int u = 0; u < params; ++u) {
           const int group = int(p.chunk_to_group.divide(uint32_t(c0 + u)));
-          tma_load_2d(scale_region(slot) + u * C::kChunkScaleBytes, &p.scale_map, full(slot), row0, group);
+          tma_load_2d(r.scale(slot) + u * C::kChunkScaleBytes, &p.scale_map, r.full(slot), row0, group);
           if constexpr (kZeros)
-            tma_load_2d(zero_region(slot) + u * C::kChunkZeroBytes, &p.zero_map, full(slot), row0, group);
+            tma_load_2d(r.zero(slot) + u * C::kChunkZeroBytes, &p.zero_map, r.full(slot), row0, group);
         }
       };
       // x's tiles of the stage (after the kernel before: stage_wgmma_x wrote them).
       auto copy_x = [&](int s) {
         const int c0 = stage_begin(s), chunks = min(kStageChunks, c_end - c0);
-        bulk_load(x_region(s % kStages), p.x_tiles + int64_t(c0) * C::kXChunkBytes,
-                  uint32_t(chunks * C::kXChunkBytes), full(s % kStages));
+        bulk_load(r.x(s % kStages), p.x_tiles + int64_t(c0) * C::kXChunkBytes,
+                  uint32_t(chunks * C::kXChunkBytes), r.full(s % kStages));
       };
-      const int early = pdl.on ? min(kStages, stages) : 0;
-      for (int s = 0; s < early; ++s) copy_weights(s);
-      if (pdl.on) pdl_wait();
-      for (int s = 0; s < early; ++s) copy_x(s);
-      for (int s = early; s < stages; ++s) {
-        mbar_wait(empty(s % kStages), ((s / kStages) & 1) ^ 1);
-        copy_weights(s);
-        copy_x(s);
-      }
+      produce_stages(r, stages, pdl, copy_weights, copy_x);
     } else if (pdl.on) {
       pdl_wait();  // every thread waits before the partial sums' writes
     }
@@ -160,14 +138,14 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
       uint32_t words[lane_chunk_bytes(kBits) / 4];
 #pragma unroll
       for (int v = 0; v < lane_chunk_bytes(kBits) / 16; ++v)
-        lds128(w_region(slot) + w_lane + u * chunk_bytes(kBits) + 16 * v, &words[4 * v]);
+        lds128(r.w(slot) + w_lane + u * chunk_bytes(kBits) + 16 * v, &words[4 * v]);
       RowGroupParams rp{};
       if constexpr (kBits == 4)
-        rp = expand(lds_row_group_params<kZeros>(scale_region(slot) + u * C::kChunkScaleBytes + scale_lane,
-                                                 zero_region(slot) + u * C::kChunkZeroBytes + scale_lane / 2));
+        rp = expand(lds_row_group_params<kZeros>(r.scale(slot) + u * C::kChunkScaleBytes + scale_lane,
+                                                 r.zero(slot) + u * C::kChunkZeroBytes + scale_lane / 2));
       wgmma_wait<0>();  // the last chunk's group, which read `a`, has retired
       if (release >= 0) {  // and with it every group of the stage before
-        mbar_arrive(empty(release));
+        mbar_arrive(r.empty(release));
         release = -1;
       }
       uint32_t a[4][4];
@@ -178,7 +156,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
         fence_regs(a[j]);  // defined before the MMAs start, not among them
       }
       wgmma_fence();
-      const uint64_t desc = sw128_desc(x_region(slot) + u * C::kXChunkBytes, 0, 1024);
+      const uint64_t desc = sw128_desc(r.x(slot) + u * C::kXChunkBytes, 0, 1024);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         wgmma_rs<kN, false, false>(d, a[j][0], a[j][1], a[j][2], a[j][3], desc_advance(desc, 32 * j), 1);
@@ -186,7 +164,7 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
     };
     for (int s = 0; s < stages; ++s) {
       const int slot = s % kStages;
-      mbar_wait(full(slot), (s / kStages) & 1);
+      mbar_wait(r.full(slot), (s / kStages) & 1);
       const int chunks = min(kStageChunks, c_end - stage_begin(s));
       for (int u = 0; u < chunks; ++u) consume(slot, u);
       release = slot;
@@ -202,11 +180,11 @@ __global__ void __launch_bounds__(WgmmaShape<kBits, kN, kZeros>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int token = 8 * mt + 2 * t + (i & 1), row = warp * kStripN + g + 8 * (i >> 1);
-        asm volatile("st.shared.f32 [%0], %1;" ::"r"(ring + 4 * (token * C::kTileStride + row)), "f"(acc[mt][i]));
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(r.ring + 4 * (token * C::kTileStride + row)), "f"(acc[mt][i]));
       }
   }
   __syncthreads();
-  sum_row_groups<kBits, C::kRows>(p, ring, C::kTileStride);
+  sum_row_groups<kBits, C::kRows>(p, r.ring, C::kTileStride);
 }
 
 // One thread per 4 bytes of x's tiles (wgmma_tile_n(M) tokens × chunks × 32 pairs). The wgmma kernel after it
