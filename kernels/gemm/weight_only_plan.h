@@ -161,8 +161,8 @@ inline WeightOnlyDecodePlan plan_weight_only_decode(int64_t m, int64_t n, int64_
   return best;
 }
 
-// The wgmma kernel (M = kWeightOnlyWgmmaMinM..kWeightOnlyDecodeMaxM): a block of kWgmmaStrips strips (two
-// consumer warpgroups of two m64 row groups each) walks its K range with x's tiles staged once a block, so
+// The wgmma kernel (M = kWeightOnlyWgmmaMinM..kWeightOnlyDecodeMaxM): a block of kWgmmaStrips strips (four
+// consumer warpgroups of one m64 each) walks its K range with x's tiles staged once a block, so
 // x's L2 traffic per weight byte is M / (4 · kWgmmaStrips). A block first fills its pipeline and last sums
 // its partials, which costs about kWgmmaBlockOverheadChunks chunks of streaming (measured on the H200: 70B
 // gate+up at M = 16 ran 145 µs whole and 192 µs in 7 splits of 18 chunks, though 7 splits fill the last
