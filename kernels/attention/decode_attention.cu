@@ -46,16 +46,22 @@ void dispatch_kernel(const DecodePlan& plan, DType dtype, F&& f) {
     if (variant == DecodeVariant::mma_v2_2stage)
       return f(decode_mma_kernel<T, 2, true>, SmemLayout<kMmaRows, false, 2, kMaxSplitPagesV2>::bytes, kThreads);
     if (variant == DecodeVariant::tma) {
-      auto tma = [&](auto stages, auto tree) {
+      auto tma = [&](auto stages, auto groups, auto tree) {
         constexpr int S = decltype(stages)::value, W = tma_consumer_warps(S);
-        f(decode_tma_kernel<T, S, W, decltype(tree)::value>, TmaLayout<S, W>::bytes, tma_threads(W));
+        f(decode_tma_kernel<T, S, W, decltype(tree)::value, decltype(groups)::value>, TmaLayout<S, W>::bytes,
+          tma_threads(W));
       };
-      auto tma_tree = [&](auto stages) {
-        if (plan.tree) return tma(stages, std::true_type{});
-        return tma(stages, std::false_type{});
+      auto tma_tree = [&](auto stages, auto groups) {
+        if (plan.tree) return tma(stages, groups, std::true_type{});
+        return tma(stages, groups, std::false_type{});
       };
-      if (plan.tma_stages == kStagesTmaDeep) return tma_tree(IntTag<kStagesTmaDeep>{});
-      return tma_tree(IntTag<kStagesTma>{});
+      const int groups = plan.rows_per_block / kMmaRows;
+      if (groups > 1 && plan.tma_stages != kStagesTmaDeep)
+        throw Unsupported("decode attention: row groups need the deep ring");
+      if (groups == 2) return tma_tree(IntTag<kStagesTmaDeep>{}, IntTag<2>{});
+      if (groups == kMaxTmaRowGroups) return tma_tree(IntTag<kStagesTmaDeep>{}, IntTag<kMaxTmaRowGroups>{});
+      if (plan.tma_stages == kStagesTmaDeep) return tma_tree(IntTag<kStagesTmaDeep>{}, IntTag<1>{});
+      return tma_tree(IntTag<kStagesTma>{}, IntTag<1>{});
     }
     auto simt = [&](auto rows_tag) {
       constexpr int R = decltype(rows_tag)::value;

@@ -64,7 +64,7 @@ struct alignas(16) DecodeWorkItem {
 // and occupancy; print it with describe().
 struct DecodePlan {
   DecodeVariant variant = DecodeVariant::mma;
-  int rows_per_block = 0;   // query rows (group heads × q_len) one block takes: 1, 2, 4, 8 or 16
+  int rows_per_block = 0;   // query rows (group heads × q_len) one block takes: 1-16 (simt), 16, 32 or 64 (tma)
   int row_blocks = 0;       // blocks over the rows of one KV head
   int splits = 0;           // blocks over one sequence's cache (with a work list: the most a group has)
   int split_tokens = 0;     // tokens per split, a multiple of the block's tile (with a work list: the

@@ -112,6 +112,16 @@ struct BlockPlace {
         end(min(len, begin + w.split_tokens)), row0(row_block * rows_per_block),
         rows(min(rows_per_block, p.rows_total - row0)), first_row(int64_t(group) * p.rows_total + row0) {}
 
+  // Rows [group · group_rows, + group_rows) of this block's as a place of their own (rows 0 past
+  // the block's): the tma kernel's row groups, which share the block's K/V tiles.
+  __device__ BlockPlace row_group(int group, int group_rows) const {
+    BlockPlace sub = *this;
+    sub.row0 += group * group_rows;
+    sub.first_row += group * group_rows;
+    sub.rows = max(0, min(group_rows, rows - group * group_rows));
+    return sub;
+  }
+
   // Keys before it are visible to block row r: causal among the q_len new tokens.
   __device__ int key_end(const DecodeParams& p, int r) const {
     const int row = row0 + r;
@@ -240,23 +250,29 @@ __device__ __forceinline__ float rescale_to_common_max(float m_own, const float*
 }
 
 // The block's output from the W warps' partials: sRed (W, ROWS, kHeadDim) and sL (W, ROWS) already
-// rescaled to the rows' common max, sM (W, ROWS) the warps' running max. Writes o directly when
-// there is one split, else this split's normalized partial and its log-sum-exp. The W warps' threads
-// take a dim each, of every (W · 32 / kHeadDim)-th row.
-template <class T, int ROWS, int W = kWarps>
+// rescaled to the rows' common max, sM (W, ROWS) the warps' running max. With G row groups, block
+// row r is row r % ROWS of group r / ROWS, whose partials are its W / G warps' (warps g · W / G on).
+// Writes o directly when there is one split, else this split's normalized partial and its
+// log-sum-exp. The W warps' threads take a dim each, of every (W · 32 / kHeadDim)-th row.
+template <class T, int ROWS, int W = kWarps, int G = 1>
 __device__ void write_block_output(const DecodeParams& p, const BlockPlace& place, const float* sRed,
                                    const float* sM, const float* sL) {
-  static_assert(W * 32 % kHeadDim == 0, "whole rows of threads");
+  static_assert(W * 32 % kHeadDim == 0 && W % G == 0, "whole rows of threads, whole warps a group");
+  constexpr int kGroupWarps = W / G;
   const int d = threadIdx.x % kHeadDim;
-  for (int r = threadIdx.x / kHeadDim; r < place.rows; r += W * 32 / kHeadDim) {
+  for (int r_block = threadIdx.x / kHeadDim; r_block < place.rows; r_block += W * 32 / kHeadDim) {
+    const int r = r_block % ROWS;
+    const float* sL_g = sL + r_block / ROWS * kGroupWarps * ROWS;
+    const float* sM_g = sM + r_block / ROWS * kGroupWarps * ROWS;
+    const float* sRed_g = sRed + r_block / ROWS * kGroupWarps * ROWS * kHeadDim;
     float l = 0.f, o = 0.f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      l += sL[w * ROWS + r];
-      o += sRed[(w * ROWS + r) * kHeadDim + red_col(r, d)];
+    for (int w = 0; w < kGroupWarps; ++w) {
+      l += sL_g[w * ROWS + r];
+      o += sRed_g[(w * ROWS + r) * kHeadDim + red_col(r, d)];
     }
     o = l > 0.f ? o / l : 0.f;
-    const int64_t row = place.first_row + r;
+    const int64_t row = place.first_row + r_block;
     if (place.splits == 1) {
       static_cast<T*>(p.o)[o_row(p, row) * kHeadDim + d] = from_f32<T>(o);
     } else {
@@ -264,7 +280,7 @@ __device__ void write_block_output(const DecodeParams& p, const BlockPlace& plac
       if (d == 0) {
         float m = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < W; ++w) m = fmaxf(m, sM[w * ROWS + r]);
+        for (int w = 0; w < kGroupWarps; ++w) m = fmaxf(m, sM_g[w * ROWS + r]);
         p.partial_lse[row * p.splits + place.split] = l > 0.f ? exp_base(m) + log2f(l) : -INFINITY;
       }
     }
@@ -403,12 +419,14 @@ struct TmaSwizzle {
 // registers as the A operand of (16 rows, 128 dims) += p (16, 16 tokens) · V, V through
 // ldmatrix.trans. Lane l holds rows l/4 and l/4 + 8 of every fragment (PTX's groupID).
 // One warp's state: q as A fragments, its running max, sum and output over its tokens of each tile.
-// With W > kWarps warps, warp w takes the tokens of slice w % kWarps of the tiles of its own
-// (every (W / kWarps)-th); all W merge at the end.
+// The caller says which tokens a step takes (slice s: tokens 16·s … 16·s + 15 of the tile). The W
+// warps form G row groups of W / G warps (warps g · W / G on: group g), each group 16 rows of the
+// block; a group's warps merge at the end.
 // kTree: the new tokens are a tree; a row sees a new token within its causal bound only where its
 // mask word says so (one more test per score; without a tree the code is as it was).
-template <class T, int W = kWarps, bool kTree = false>
+template <class T, int W = kWarps, bool kTree = false, int G = 1>
 struct MmaWarp {
+  static constexpr int kGroupWarps = W / G;
   using Bits = PackedBits<T>;
   const int warp, lane, g, t4;  // g, t4: fragment row (and row + 8), column pair
   uint32_t q_frag[kHeadDim / 16][4];                                  // 8 k-steps of 16 dims
@@ -417,7 +435,7 @@ struct MmaWarp {
   uint32_t tree_word[2];  // kTree: rows g, g + 8's mask words
   float o[kHeadDim / 8][4];  // (16 n8 tiles of dims) x C fragment
 
-  // q from global once; rows past the block's are 0.
+  // q from global once; rows past the place's are 0. `place` is the warp's row group's.
   __device__ MmaWarp(const DecodeParams& p, const BlockPlace& place)
       : warp(threadIdx.x / 32), lane(threadIdx.x % 32), g(lane / 4), t4(lane % 4),
         key_end{place.key_end(p, g), place.key_end(p, g + 8)} {
@@ -440,11 +458,12 @@ struct MmaWarp {
       for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
   }
 
-  // The warp's 16 tokens of tile `tile`, whose K and V chunks sit at k_at / v_at(token, chunk).
+  // Slice `slice` (16 tokens) of tile `tile`, whose K and V chunks sit at k_at / v_at(token, chunk);
+  // `place` is the warp's row group's.
   template <class Addr>
-  __device__ __forceinline__ void step(const DecodeParams& p, const BlockPlace& place, int tile, Addr k_at,
-                                       Addr v_at) {
-    const int n0 = warp % kWarps * kTokensPerWarp;  // the warp's first token in the tile
+  __device__ __forceinline__ void step(const DecodeParams& p, const BlockPlace& place, int tile, int slice,
+                                       Addr k_at, Addr v_at) {
+    const int n0 = slice * kTokensPerWarp;  // the step's first token in the tile
     // ldmatrix row addresses: lane l names row l % 8 of matrix l / 8.
     const int mat = lane / 8, mat_row = lane % 8;
     float s[2][4] = {};  // (2 n8 tiles of tokens) x C fragment
@@ -490,11 +509,13 @@ struct MmaWarp {
     }
   }
 
-  // Merges the W warps' results, as the simt variant does, from the C fragments, over sRed
-  // (W, kMmaRows, kHeadDim) floats; sync() waits for every one of the W warps.
+  // Merges each row group's warps' results, as the simt variant does, from the C fragments, over
+  // sRed (W, kMmaRows, kHeadDim) floats; `place` is the block's; sync() waits for every one of the W
+  // warps.
   template <class Sync>
   __device__ void write_output(const DecodeParams& p, const BlockPlace& place, float* sRed, float* sM, float* sL,
                                Sync&& sync) {
+    const int group = warp / kGroupWarps, group_rows = min(kMmaRows, place.rows - group * kMmaRows);
     if (t4 == 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -505,15 +526,16 @@ struct MmaWarp {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = g + 8 * h;
-      if (r >= place.rows) continue;  // padding rows (MHA has 1 real row, GQA decode 8): never read
-      const float f = rescale_to_common_max(m_run[h], sM + r, kMmaRows, W, sL + warp * kMmaRows + r, t4 == 0);
+      if (r >= group_rows) continue;  // padding rows (MHA has 1 real row, GQA decode 8): never read
+      const float f = rescale_to_common_max(m_run[h], sM + group * kGroupWarps * kMmaRows + r, kMmaRows, kGroupWarps,
+                                            sL + warp * kMmaRows + r, t4 == 0);
 #pragma unroll
       for (int n = 0; n < kHeadDim / 8; ++n)
         *reinterpret_cast<float2*>(sRed + (warp * kMmaRows + r) * kHeadDim + red_col(r, n * 8 + 2 * t4)) =
             make_float2(o[n][2 * h] * f, o[n][2 * h + 1] * f);
     }
     sync();
-    write_block_output<T, kMmaRows, W>(p, place, sRed, sM, sL);
+    write_block_output<T, kMmaRows, W, G>(p, place, sRed, sM, sL);
   }
 };
 

@@ -161,7 +161,9 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   const bool tma = variant == DecodeVariant::tma;
   // v2 and later: whole-wave splits, page ids for kMaxSplitPagesV2 pages, the parallel combine.
   const bool v2 = variant == DecodeVariant::mma_v2 || variant == DecodeVariant::mma_v2_2stage || tma;
-  if (variant != DecodeVariant::simt) {
+  if (variant == DecodeVariant::tma) {
+    plan.rows_per_block = kMmaRows * tma_row_groups(rows);
+  } else if (variant != DecodeVariant::simt) {
     plan.rows_per_block = kMmaRows;
   } else {
     plan.rows_per_block = 1;
@@ -188,7 +190,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     // most half the SMs (with short splits); 2 blocks per SM win with many groups, several row
     // blocks or ragged lengths (measured on the H100: kernels/attention/NOTES.md).
     const bool deep = near_uniform ? groups <= sm_count : few_groups;
-    plan.tma_stages = plan.row_blocks == 1 && deep ? kStagesTmaDeep : kStagesTma;
+    const bool row_groups = plan.rows_per_block > kMmaRows;  // only the deep ring's 8 warps hold them
+    plan.tma_stages = row_groups || (plan.row_blocks == 1 && deep) ? kStagesTmaDeep : kStagesTma;
   }
   plan.blocks_per_sm = kernel_blocks_per_sm(plan, kv.dtype);
 

@@ -49,6 +49,11 @@ constexpr int tma_threads(int W) { return 32 * W + 32; }
 // The deep ring runs at 1 block per SM, where 4 consumer warps would leave each scheduler one warp
 // to issue from: it takes 8, two sets of 4 on alternate tiles.
 constexpr int tma_consumer_warps(int stages) { return stages == kStagesTmaDeep ? 2 * kWarps : kWarps; }
+// tma: GQA rows past 16 (group heads × q_len) go to one block in 2 or 4 row groups of 16, a group of
+// the deep ring's warps each, rather than to row blocks that each stream the split's K and V (the
+// fourth read of 70B's q_len 8 through L2 had cost 2x: kernels/attention/NOTES.md).
+constexpr int kMaxTmaRowGroups = 4;
+inline int tma_row_groups(int rows) { return rows > 2 * kMmaRows ? kMaxTmaRowGroups : rows > kMmaRows ? 2 : 1; }
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const __grid_const
     MmaWarp<T> mma(p, place);
     const TileLoader<T, S> loader(p, place, smem, Layout::k, Layout::v, Layout::pages);
     auto compute = [&](int tile, int stage) {
-      mma.step(p, place, tile, RowSwizzle{sm90::smem_addr(loader.k_stage(stage))},
+      mma.step(p, place, tile, mma.warp, RowSwizzle{sm90::smem_addr(loader.k_stage(stage))},
                RowSwizzle{sm90::smem_addr(loader.v_stage(stage))});
     };
     if constexpr (kV2)
@@ -197,13 +197,20 @@ constexpr int kMaxPagesPerTile = kTile / 16;  // the smallest page holds 16 toke
 constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is __syncthreads)
 
 // kTree: the new tokens form a tree, their masks in p.tree_mask (MmaWarp).
-template <class T, int S, int W, bool kTree>
+// G row groups: the block takes 16·G rows (GQA's group heads × q_len past 16), a group of W / G
+// warps each, all reading every tile: the K/V bytes reach shared memory once for all of them
+// instead of once per 16-row block. With G = 1 a set of kWarps warps reads a tile (W / kWarps sets
+// on alternate tiles); with G > 1 each warp takes slices j, j + W / G, … of every tile.
+template <class T, int S, int W, bool kTree, int G>
 __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
   pdl_begin(pdl);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
   using Layout = TmaLayout<S, W>;
-  static_assert(W % kWarps == 0 && S % (W / kWarps) == 0, "each stage is read by one set of kWarps warps");
+  constexpr int kGroupWarps = W / G;
+  static_assert(G == 1 ? W % kWarps == 0 && S % (W / kWarps) == 0 : W % G == 0 && kWarps % kGroupWarps == 0,
+                "each stage is read by one set of kWarps warps, or by every warp of every row group");
+  constexpr int kReaders = G == 1 ? kWarps : W;  // warps that read (and release) each stage
   extern __shared__ unsigned char smem_raw[];
   // 128-byte swizzle atoms need 1024-byte alignment; the dynamic allocation guarantees only 16.
   const uint32_t raw = smem_addr(smem_raw);
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
   int* sPages = reinterpret_cast<int*>(smem_ptr + Layout::pages);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  const BlockPlace place(p, kMmaRows);
+  const BlockPlace place(p, kMmaRows * G);
   if (place.begin < place.end) {
     const int first_page = place.begin >> p.page_shift, last_page = (place.end - 1) >> p.page_shift;
     const int n_tiles = (place.end - place.begin + kTile - 1) / kTile;
@@ -223,7 +230,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
       if (lane == 0) {
         for (int s = 0; s < S; ++s) {
           mbar_init(smem + Layout::full + 8 * s, 1);
-          mbar_init(smem + Layout::empty + 8 * s, kWarps);
+          mbar_init(smem + Layout::empty + 8 * s, kReaders);
         }
         mbar_init_fence();
         tma_prefetch_descriptor(&p.k_map);
@@ -233,27 +240,49 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
       }
     }
     if (warp < W) {
-      MmaWarp<T, W, kTree> mma(p, place);  // q's loads overlap the page ids' and the first tile's
+      const BlockPlace rows = place.row_group(warp / kGroupWarps, kMmaRows);
+      MmaWarp<T, W, kTree, G> mma(p, rows);  // q's loads overlap the page ids' and the first tile's
       __syncthreads();
-      for (int tile = warp / kWarps; tile < n_tiles; tile += W / kWarps) {
+      // Tokens past the sequence's end within its last page hold whatever the pool holds; their
+      // weights are 0, but 0 · NaN is not, so their V rows are zeroed: rows [first, first + count)
+      // of the stage at v_stage, by `threads` threads from `thread` on.
+      auto zero_v_rows = [&](uint32_t v_stage, int first, int count, int thread, int threads) {
+        for (int i = thread; i < count * kChunksPerRow; i += threads) {
+          const int token = first + i / kChunksPerRow;
+          *reinterpret_cast<uint4*>(smem_ptr + (TmaSwizzle{v_stage}(token, i % kChunksPerRow) - smem)) =
+              make_uint4(0, 0, 0, 0);
+        }
+      };
+      const int first_tile = G == 1 ? warp / kWarps : 0, tile_step = G == 1 ? W / kWarps : 1;
+      for (int tile = first_tile; tile < n_tiles; tile += tile_step) {
         const int stage = tile % S;
         mbar_wait(smem + Layout::full + 8 * stage, (tile / S) & 1);
         const uint32_t k_stage = smem + Layout::k + stage * Layout::kv_stage;
         const uint32_t v_stage = smem + Layout::v + stage * Layout::kv_stage;
-        // Tokens past the sequence's end within its last page hold whatever the pool holds; their
-        // weights are 0, but 0 · NaN is not, so this warp zeroes its V rows there.
-        const int slice = warp % kWarps * kTokensPerWarp;
-        const int past_end = place.begin + tile * kTile + slice + kTokensPerWarp - place.end;
-        if (past_end > 0) {
-          const int first_zero = max(kTokensPerWarp - past_end, 0);
-          for (int i = lane; i < (kTokensPerWarp - first_zero) * kChunksPerRow; i += 32) {
-            const int token = slice + first_zero + i / kChunksPerRow;
-            *reinterpret_cast<uint4*>(smem_ptr + (TmaSwizzle{v_stage}(token, i % kChunksPerRow) - smem)) =
-                make_uint4(0, 0, 0, 0);
+        const int tile_start = place.begin + tile * kTile;
+        if constexpr (G == 1) {
+          // The warp's slice is its own: it zeroes the slice's rows past the end.
+          const int slice = warp % kWarps;
+          const int past_end = tile_start + (slice + 1) * kTokensPerWarp - place.end;
+          if (past_end > 0) {
+            const int first_zero = max(kTokensPerWarp - past_end, 0);
+            zero_v_rows(v_stage, slice * kTokensPerWarp + first_zero, kTokensPerWarp - first_zero, lane, 32);
+            __syncwarp();
           }
-          __syncwarp();
+          mma.step(p, rows, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
+        } else {
+          // Every warp reads every slice's V: all zero the tile's rows past the end between two waits for
+          // each other (the split's last tile only). The first keeps the writes after every warp's reads
+          // of the stage's previous tile in a way racecheck sees (the empty and full barriers already
+          // order them, through the producer, but racecheck does not follow that chain).
+          if (tile_start + kTile > place.end) {
+            named_sync(kBarConsumers, 32 * W);
+            zero_v_rows(v_stage, place.end - tile_start, tile_start + kTile - place.end, threadIdx.x, 32 * W);
+            named_sync(kBarConsumers, 32 * W);
+          }
+          for (int slice = warp % kGroupWarps; slice < kWarps; slice += kGroupWarps)
+            mma.step(p, rows, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
         }
-        mma.step(p, place, tile, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
         __syncwarp();
         if (lane == 0) mbar_arrive(smem + Layout::empty + 8 * stage);
       }

@@ -2,6 +2,7 @@
 // block tables, ragged lengths (1, page ± 1), MHA/GQA and speculative q_len (1-16, token trees); the
 // split-KV combine across repeated launches. append_kv and gather_kv: test_kv_append.cpp.
 #include "kernels/attention/decode_attention.h"
+#include "kernels/attention/decode_plan.h"
 
 #include <algorithm>
 #include <map>
@@ -67,7 +68,11 @@ INSTANTIATE_TEST_SUITE_P(
                                                                     {2, 33, "uniform", 9, 4, 4, 16},
                                                                     {3, 700, "ragged", 12, 16, 2, 16},
                                                                     {1, 4100, "uniform", 16, 8, 8, 64},
-                                                                    {2, 300, "ragged", 16, 64, 8, 32}},
+                                                                    {2, 300, "ragged", 16, 64, 8, 32},
+                                                                    // GQA's 32 and 64 rows in one block's
+                                                                    // row groups (ours_v3), many splits
+                                                                    {1, 3001, "uniform", 8, 64, 8, 16},
+                                                                    {3, 1001, "ragged", 4, 64, 8, 16}},
                                                                    {{1, 5000, "uniform", 1, 64, 8, 16},
                                                                     // 1280 groups: enough rounds of blocks
                                                                     // for ours_v3's tail plan
@@ -264,6 +269,19 @@ TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
   const auto r = kernels::plan_decode(kv, ragged, kernels::DecodeVariant::tma);
   EXPECT_LT(r.split_tokens, 12000) << r.describe();
   EXPECT_GT(r.splits, u.splits) << r.describe() << " | " << u.describe();
+}
+
+// GQA rows past 16 go to one block's row groups on the deep ring (its 8 warps), 64 rows a block at
+// most: 70B's q_len 2 / 4 / 8 / 16 (16 / 32 / 64 / 128 rows) take 1 / 1 / 1 / 2 row blocks.
+TEST_F(GpuTest, DecodeGqaRowsShareABlocksTiles) {
+  const kernels::PagedKv kv = planned_cache(16, 8);
+  for (auto [q_len, rows, row_blocks] : {std::tuple{2, 16, 1}, {4, 32, 1}, {8, 64, 1}, {16, 64, 2}}) {
+    const kernels::DecodeShape shape{64, q_len, 4096, 16 * 4096};
+    const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
+    EXPECT_EQ(plan.rows_per_block, rows) << plan.describe();
+    EXPECT_EQ(plan.row_blocks, row_blocks) << plan.describe();
+    if (rows > 16) EXPECT_EQ(plan.tma_stages, kernels::decode::kStagesTmaDeep) << plan.describe();
+  }
 }
 
 // With its lengths known, a ragged batch launches a work list: every (group, row block, split)
