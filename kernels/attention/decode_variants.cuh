@@ -240,8 +240,8 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
       }
     }
     if (warp < W) {
-      const BlockPlace rows = place.row_group(warp / kGroupWarps, kMmaRows);
-      MmaWarp<T, W, kTree, G> mma(p, rows);  // q's loads overlap the page ids' and the first tile's
+      const BlockPlace group_place = place.row_group(warp / kGroupWarps, kMmaRows);
+      MmaWarp<T, W, kTree, G> mma(p, group_place);  // q's loads overlap the page ids' and the first tile's
       __syncthreads();
       // Tokens past the sequence's end within its last page hold whatever the pool holds; their
       // weights are 0, but 0 · NaN is not, so their V rows are zeroed: rows [first, first + count)
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
             zero_v_rows(v_stage, slice * kTokensPerWarp + first_zero, kTokensPerWarp - first_zero, lane, 32);
             __syncwarp();
           }
-          mma.step(p, rows, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
+          mma.step(p, group_place, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
         } else {
           // Every warp reads every slice's V: all zero the tile's rows past the end between two waits for
           // each other (the split's last tile only). The first keeps the writes after every warp's reads
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
             named_sync(kBarConsumers, 32 * W);
           }
           for (int slice = warp % kGroupWarps; slice < kWarps; slice += kGroupWarps)
-            mma.step(p, rows, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
+            mma.step(p, group_place, tile, slice, TmaSwizzle{k_stage}, TmaSwizzle{v_stage});
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(smem + Layout::empty + 8 * stage);
