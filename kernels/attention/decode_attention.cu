@@ -133,15 +133,18 @@ void attention_decode(const void* q, void* o, const PagedKv& kv, const DecodeSha
     const uint64_t strides[3] = {kHeadDim * 2, head_bytes, head_bytes * kv.kv_heads};
     const uint32_t box[4] = {64, uint32_t(std::min(kv.page_size, kTile)), 1, 1};
     const bool f16 = kv.dtype == DType::f16;
-    p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box);
-    p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box);
+    constexpr L2Promotion kHalfRows = L2Promotion::bytes128;  // a box takes half of each token's 256 bytes
+    p.k_map = make_tma_map_16bit("decode attention K pages", kv.k_pages, f16, 4, dims, strides, box, kHalfRows);
+    p.v_map = make_tma_map_16bit("decode attention V pages", kv.v_pages, f16, 4, dims, strides, box, kHalfRows);
     // Pages of a tile or more never take the run maps: no second encoding on every launch for them.
     p.k_run_map = p.k_map;
     p.v_run_map = p.v_map;
     if (kv.page_size < kTile) {
       const uint32_t run_box[4] = {box[0], box[1], 1, uint32_t(kTile) / box[1]};
-      p.k_run_map = make_tma_map_16bit("decode attention K page runs", kv.k_pages, f16, 4, dims, strides, run_box);
-      p.v_run_map = make_tma_map_16bit("decode attention V page runs", kv.v_pages, f16, 4, dims, strides, run_box);
+      p.k_run_map = make_tma_map_16bit("decode attention K page runs", kv.k_pages, f16, 4, dims, strides, run_box,
+                                         kHalfRows);
+      p.v_run_map = make_tma_map_16bit("decode attention V page runs", kv.v_pages, f16, 4, dims, strides, run_box,
+                                         kHalfRows);
     }
   }
   const dim3 grid = plan.work.empty()

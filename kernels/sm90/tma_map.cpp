@@ -25,7 +25,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 CUtensorMap encode_tma_map(const char* what, const void* ptr, CUtensorMapDataType type, int rank, const uint64_t* dims,
                            const uint64_t* strides, const uint32_t* box,
-                           CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+                           CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B,
+                           L2Promotion promotion = L2Promotion::bytes256) {
   CUtensorMap map;
   cuuint64_t d[5], s[4];
   cuuint32_t b[5], elem_strides[5];
@@ -35,9 +36,11 @@ CUtensorMap encode_tma_map(const char* what, const void* ptr, CUtensorMapDataTyp
     elem_strides[i] = 1;
     if (i + 1 < rank) s[i] = strides[i];
   }
+  const CUtensorMapL2promotion l2 =
+      promotion == L2Promotion::bytes128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   const CUresult r = tensor_map_encoder()(&map, type, cuuint32_t(rank), const_cast<void*>(ptr), d, s, b, elem_strides,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error(std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
                              ")");
@@ -47,9 +50,9 @@ CUtensorMap encode_tma_map(const char* what, const void* ptr, CUtensorMapDataTyp
 }  // namespace
 
 CUtensorMap make_tma_map_16bit(const char* what, const void* ptr, bool f16, int rank, const uint64_t* dims,
-                               const uint64_t* strides, const uint32_t* box) {
+                               const uint64_t* strides, const uint32_t* box, L2Promotion promotion) {
   return encode_tma_map(what, ptr, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, dims,
-                        strides, box);
+                        strides, box, CU_TENSOR_MAP_SWIZZLE_128B, promotion);
 }
 
 CUtensorMap make_tma_map_8bit(const char* what, const void* ptr, int rank, const uint64_t* dims,
