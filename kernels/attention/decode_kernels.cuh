@@ -15,6 +15,7 @@
 #include "harness/dtype_traits.cuh"
 #include "kernels/attention/decode_plan.h"
 #include "kernels/attention/mma_sm80.cuh"
+#include "kernels/sm90/last_arrival.cuh"
 #include "kernels/sm90/sm90_primitives.cuh"
 #include "kernels/norm/row_tile.cuh"
 
@@ -300,23 +301,9 @@ __device__ void write_empty_split(const DecodeParams& p, const BlockPlace& place
     p.partial_lse[(place.first_row + r) * p.splits + place.split] = -INFINITY;
 }
 
-// Publishes this split's partial results; true in (every thread of) the group's last block to finish,
-// which then sees every split's results and combines them. Thread 0's answer reaches the other
-// threads through the barrier's own reduction (bar.red.or), so no shared-memory flag is written
-// before the barrier and read after it: nothing for racecheck to pair, and nothing to reuse should
-// a block ever count more than one split.
-__device__ bool is_last_split(const DecodeParams& p, const BlockPlace& place) {
-  __threadfence();
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    int* counter = p.counters + int64_t(place.group) * p.row_blocks + place.row_block;
-    last = atomicAdd(counter, 1) == place.splits - 1;
-    if (last) atomicExch(counter, 0);  // ready for the next launch
-  }
-  last = __syncthreads_or(last);
-  if (last) __threadfence();
-  return last;
+// Whether this block is the last of its group's splits to finish, which then combines them.
+__device__ __forceinline__ bool is_last_split(const DecodeParams& p, const BlockPlace& place) {
+  return last_block_to_arrive(p.counters + int64_t(place.group) * p.row_blocks + place.row_block, place.splits);
 }
 
 // The group's last block to finish combines all splits by their log-sum-exp.

@@ -12,6 +12,7 @@
 #include "kernels/gemm/weight_only_gemm.h"
 #include "kernels/gemm/weight_only_layout.h"
 #include "kernels/gemm/weight_only_plan.h"
+#include "kernels/sm90/last_arrival.cuh"
 #include "kernels/sm90/pdl.h"
 
 namespace topt::kernels::gemm::weight_only {
@@ -269,20 +270,10 @@ __device__ __forceinline__ void store_strip_partial(float (*partial)[kMTiles * 8
     for (int i = 0; i < 4; ++i) partial[slot][8 * mt + 2 * t + (i & 1)][g + 8 * (i >> 1)] = acc[mt][i];
 }
 
-// After a block's partials are written: whether it is the last of the launch's K splits of its rows (blockIdx.x)
-// to arrive, which then sums them. That block resets the counter, which no other split of this launch reads
-// again, for the next launch.
+// After a block's partials are written: whether it is the last of the launch's K splits of its rows
+// (blockIdx.x) to arrive, which then sums them.
 __device__ __forceinline__ bool last_split_arrives(const DecodeParams& p) {
-  __shared__ bool is_last;
-  __threadfence();  // this block's partials visible to the GPU before its arrival counts
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    is_last = atomicAdd(&p.arrivals[blockIdx.x], 1) == p.splits - 1;
-    if (is_last) p.arrivals[blockIdx.x] = 0;
-  }
-  __syncthreads();
-  if (is_last) __threadfence();
-  return is_last;
+  return last_block_to_arrive(&p.arrivals[blockIdx.x], p.splits);
 }
 
 template <int kBits, int kMTiles, int kOutputsInFlight>
