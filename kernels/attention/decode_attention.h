@@ -79,14 +79,15 @@ struct DecodePlan {
   // Empty: the launch is the whole grid of (splits, row_blocks, groups).
   std::vector<DecodeWorkItem> work;
   size_t workspace_bytes = 0;  // the work list, partial outputs and combine counters; 0 when none is needed
+  size_t counter_bytes = 0;    // the workspace's last bytes: the combine counters
   std::string describe() const;
 };
 
 DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVariant variant);
 
-// The combine counters in `workspace` must be zero before the first launch with it (the kernel
-// leaves them zero), and the work list must be on the device: call prepare_decode_workspace once
-// after allocating it.
+// Enqueues what a launch of `plan` needs in `workspace`: its work list, and the combine counters at
+// zero (the kernel leaves them zero; nothing else in the workspace needs a value). Call it after
+// allocating the workspace and after each plan_decode whose plan will launch with it.
 void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream);
 
 // o = softmax(scale · q kᵀ) v per query head, over the keys at or before each query's position.

@@ -231,15 +231,22 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     plan.work = plan_tail_list(kv, shape, plan, groups, tiles, slots);
     plan.splits = kTailPieces;
   }
-  plan.workspace_bytes = WorkspaceLayout(kv, shape, plan).bytes;
+  const WorkspaceLayout layout(kv, shape, plan);
+  plan.workspace_bytes = layout.bytes;
+  plan.counter_bytes = layout.bytes - layout.counters;
   return plan;
 }
 
 void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStream_t stream) {
   if (!plan.workspace_bytes) return;
-  CUDA_CHECK(cudaMemsetAsync(workspace, 0, plan.workspace_bytes, stream));
-  CUDA_CHECK(cudaMemcpyAsync(workspace, plan.work.data(), plan.work.size() * sizeof(DecodeWorkItem),
-                             cudaMemcpyHostToDevice, stream));
+  // Only the counters: every split writes its partials before the last one reads them, so the rest
+  // (megabytes at large batches) would be a memset a replanning server pays every step for nothing.
+  if (plan.counter_bytes)
+    CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + (plan.workspace_bytes - plan.counter_bytes), 0,
+                               plan.counter_bytes, stream));
+  if (!plan.work.empty())
+    CUDA_CHECK(cudaMemcpyAsync(workspace, plan.work.data(), plan.work.size() * sizeof(DecodeWorkItem),
+                               cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace topt::kernels

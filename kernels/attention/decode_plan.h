@@ -66,7 +66,7 @@ inline int page_shift(int page_size) {
 inline int rows_total(const PagedKv& kv, const DecodeShape& shape) { return shape.heads / kv.kv_heads * shape.q_len; }
 
 // Byte offsets into the workspace: the work list, then (when sequences are split) the partial
-// outputs, their log-sum-exps and the combine counters.
+// outputs, their log-sum-exps and, last, the combine counters.
 struct WorkspaceLayout {
   size_t partial_o, partial_lse, counters, bytes;  // the work list is at 0
   WorkspaceLayout(const PagedKv& kv, const DecodeShape& shape, const DecodePlan& plan) {

@@ -350,7 +350,9 @@ class OursDecode : public Instance {
   OursDecode(const DecodeProblem& p, kernels::DecodeVariant variant, cudaStream_t stream)
       : p_(p), variant_(variant), kv_(p.paged_kv()), shape_(p.decode_shape()),
         plan_(kernels::plan_decode(kv_, shape_, variant)), workspace_(plan_.workspace_bytes, "decode workspace") {
-    // The workspace is allocated once, as a server keeps one: the plan and its upload are the cost.
+    // The workspace is allocated once, as a server keeps one: the plan and its upload are the cost. It
+    // starts as NaNs, as reused memory holds anything: only what the upload writes may be relied on.
+    if (plan_.workspace_bytes) CUDA_CHECK(cudaMemsetAsync(workspace_.get(), 0xff, plan_.workspace_bytes, stream));
     plan_us_ = host_median_us(
         [&] {
           plan_and_upload(stream);

@@ -309,6 +309,8 @@ TEST_F(GpuTest, DecodeRaggedWorkListHoldsTheBlocksWithKeysLongestFirst) {
     EXPECT_EQ(w.group_splits, group_splits(len));
     EXPECT_TRUE(seen.insert({w.group, w.row_block, w.split}).second) << "a block listed twice";
   }
+  // The workspace ends with a combine counter per (group, row block), all that its upload zeroes.
+  EXPECT_EQ(plan.counter_bytes, size_t(kv.batch) * kv.kv_heads * plan.row_blocks * sizeof(int)) << plan.describe();
 
   shape.lengths.assign(6, 32768);
   shape.total_len = 6 * 32768;
