@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
   using Layout = TmaLayout<S, W>;
-  constexpr int kGroupWarps = W / G;
+  using Mma = MmaWarp<T, W, kTree, G>;
+  constexpr int kGroupWarps = Mma::kGroupWarps;
   static_assert(G == 1 ? W % kWarps == 0 && S % (W / kWarps) == 0 : W % G == 0 && kWarps % kGroupWarps == 0,
                 "each stage is read by one set of kWarps warps, or by every warp of every row group");
   constexpr int kReaders = G == 1 ? kWarps : W;  // warps that read (and release) each stage
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
     }
     if (warp < W) {
       const BlockPlace group_place = place.row_group(warp / kGroupWarps, kMmaRows);
-      MmaWarp<T, W, kTree, G> mma(p, group_place);  // q's loads overlap the page ids' and the first tile's
+      Mma mma(p, group_place);  // q's loads overlap the page ids' and the first tile's
       __syncthreads();
       // Tokens past the sequence's end within its last page hold whatever the pool holds; their
       // weights are 0, but 0 · NaN is not, so their V rows are zeroed: rows [first, first + count)
