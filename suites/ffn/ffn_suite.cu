@@ -117,7 +117,7 @@ class FfnProblem : public Problem {
         w_in(DType::bf16, {shape.in_rows(), shape.hidden}, "W_gate|W_up or W1"),
         w_out(DType::bf16, {shape.hidden, shape.ffn}, "W_down or W2"),
         y(DType::bf16, {shape.m, shape.hidden}, "y"),
-        scales(4 * sizeof(float), "x, W_in, W_out and h scales"),
+        scales(4 * kScaleStride * sizeof(float), "x, W_in, W_out and h scales"),
         sink(16, "read-bound sink") {
     // Weights of ±3/√K: each GEMM's outputs have unit variance, so SiLU and GELU see their curved part.
     const float in_range = 3.f / std::sqrt(float(shape.hidden)), out_range = 3.f / std::sqrt(float(shape.ffn));
@@ -215,7 +215,11 @@ class FfnProblem : public Problem {
     return a;
   }
 
-  static constexpr int kX = 0, kWIn = 1, kWOut = 2, kH = 3;  // in `scales`
+  // In `scales`, 16 bytes apart: cuBLASLt runs FP8 only with 16-byte-aligned scale pointers (4 bytes
+  // apart, the baseline's up GEMM got CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, after its
+  // heuristic had offered the algorithm).
+  static constexpr int kScaleStride = 4;
+  static constexpr int kX = 0, kWIn = kScaleStride, kWOut = 2 * kScaleStride, kH = 3 * kScaleStride;
   FfnShape shape;
   OwnedTensor x, w_in, w_out, y, b_in, b_out, residual;
   DeviceBuffer scales, sink, xq, w_in_q, w_out_q, w_in_interleaved;

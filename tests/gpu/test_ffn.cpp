@@ -1,8 +1,8 @@
 // The fused FFN: every implementation against the double composition, as `topt run` checks it, on
 // M = 1, 5, 17, 130 (decode with split-K, the small-M plan with tails, 128-row tiles with a 2-row
 // tail), ffn off the 128 tile (200: 400 interleaved gate/up rows; FP8 208), hidden off the K stage,
-// the residual on and off, FP8 and GELU; then ours_v2's counters over repeated launches, the
-// interleaved layout itself, the plan and metrics, and the refusals. Skips without a GPU.
+// the residual on and off, FP8 and GELU; then the FP8 baseline, ours_v2's counters over repeated
+// launches, the interleaved layout itself, the plan and metrics, and the refusals. Skips without a GPU.
 #include <cuda_bf16.h>
 
 #include <string>
@@ -74,6 +74,15 @@ TEST_F(GpuTest, FfnDeviceReferenceAgreesWithHostReference) {
   EXPECT_TRUE(on_host.passes()) << on_host.describe();
   EXPECT_TRUE(on_device.passes()) << on_device.describe();
   EXPECT_NEAR(on_host.rel_error, on_device.rel_error, 1e-4);
+}
+
+// The FP8 rows' baseline runs: MatchesTheReference lets a vendor library refuse a case with a note, and
+// cuBLASLt had refused every FP8 FFN (its scale pointers 4 bytes apart; it wants 16-byte alignment).
+TEST_F(GpuTest, FfnFp8CublasLtBaselineRuns) {
+  const FfnCase f = small_shapes_only() ? FfnCase{5, 256, 208, "swiglu", "fp8", 1}
+                                        : FfnCase{16, 4096, 11008, "swiglu", "fp8", 1};
+  CheckResult r = run_and_check(make_case("ffn", ffn_params(f), DType::bf16), "cublaslt");
+  EXPECT_TRUE(r.passes()) << r.describe();
 }
 
 // ours_v2's arrival counters return to zero after each launch, in both GEMMs (their split-K
