@@ -17,6 +17,7 @@ int tile_m(TileShape t) { return t == TileShape::m64n128 || t == TileShape::stre
 int tile_n(TileShape t) {
   switch (t) {
     case TileShape::m128n256: return 256;
+    case TileShape::m128n192: return 192;
     case TileShape::stream: return kStreamRows;
     default: return 128;
   }
@@ -24,6 +25,7 @@ int tile_n(TileShape t) {
 const char* tile_name(TileShape t) {
   switch (t) {
     case TileShape::m128n256: return "128x256";
+    case TileShape::m128n192: return "128x192";
     case TileShape::m128n128: return "128x128";
     case TileShape::m64n128: return "64x128";
     case TileShape::stream: return "stream";
@@ -54,6 +56,13 @@ double wave_efficiency(int64_t units, int sms) {
   return waves == 0 ? 1.0 : double(units) / double(waves * sms);
 }
 
+bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms) {
+  auto cost = [&](int tile_n) {  // rounds of tiles over the SMs, times a tile's width
+    return double(ceil_div(ceil_div(m, 128) * ceil_div(n, tile_n), sms) * tile_n);
+  };
+  return cost(192) < cost(128) * kWideFp8TileGain;
+}
+
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, PlanOptions options) {
   GemmPlan plan;
   plan.operands = operands;
@@ -82,6 +91,10 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
     const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
     if (!streams) {
+      if (operands == Operands::e4m3 && !options.block_scales && !options.clusters && wide_fp8_tile_leads(m, n, sms)) {
+        set_tile(TileShape::m128n192);
+        return plan;
+      }
       const int64_t padded = ceil_div(plan.m_tiles, kClusterM) * kClusterM;
       if (options.clusters && plan.m_tiles * plan.n_tiles >= sms && 8 * (padded - plan.m_tiles) <= plan.m_tiles) {
         plan.cluster_m = kClusterM;

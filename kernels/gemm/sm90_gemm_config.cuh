@@ -44,7 +44,7 @@ struct GemmConfig {
   using Operand = Operand_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_, kClusterM = kClusterM_;
   static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
-  static_assert(kBlockN == 128 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128 or 256");
+  static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128, 192 or 256");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kConsumers = kBlockM / 64;
   // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.
@@ -56,7 +56,7 @@ struct GemmConfig {
   // register file.
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(kConsumers == 1 || kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
-  static_assert(!Operand::kPromote || kBlockN == 128, "promotion doubles the accumulators: 64x128 per consumer");
+  static_assert(!Operand::kPromote || kBlockN <= 192, "promotion doubles the accumulators: up to 64x192 per consumer");
 
   // A stage holds A (kBlockM, kBlockK) and B (kBlockN, kBlockK) as TMA writes them with 128-byte
   // swizzling: rows of 128 bytes (kBlockK elements of K), 8-row atoms of 1024 bytes.
@@ -87,6 +87,8 @@ template <class Operand, int kClusterM = 1>
 using GemmConfig128x256 = GemmConfig<Operand, 128, 256, 4, kClusterM>;
 template <class Operand, int kClusterM = 1>
 using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6, kClusterM>;
+template <class Operand>
+using GemmConfig128x192 = GemmConfig<Operand, 128, 192, 4>;
 template <class Operand>
 using GemmConfig64x128 = GemmConfig<Operand, 64, 128, 8>;
 

@@ -433,14 +433,16 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
   if (e.activation == Activation::silu_gated) {
     if (e.out_scale) {
       store_gated_as<kBlockN, true>(p, f, row_f, acc);
-    } else if (out.on) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
-      OutStaging gated = out;
-      gated.col0 /= 2;
-      auto values = [&](int t, float2(&y)[2]) {
+    } else if (out.on && kBlockN / 2 % 64 == 0) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
+      if constexpr (kBlockN / 2 % 64 == 0) {
+        OutStaging gated = out;
+        gated.col0 /= 2;
+        auto values = [&](int t, float2(&y)[2]) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) y[h] = gated_pair<kBlockN>(acc, row_f, t, h);
-      };
-      store_chunks_staged<kBlockN / 2>(p, gated, values);
+          for (int h = 0; h < 2; ++h) y[h] = gated_pair<kBlockN>(acc, row_f, t, h);
+        };
+        store_chunks_staged<kBlockN / 2>(p, gated, values);
+      }
     } else {
       store_gated_as<kBlockN, false>(p, f, row_f, acc);
     }

@@ -153,18 +153,42 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_NE(big.describe().find("128x256"), std::string::npos);
 }
 
-TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
+TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x192) {
   using kernels::gemm::Operands;
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::bf16).k_blocks, 128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).k_blocks, 64);
-  // FP8 promotes each stage into a second set of accumulators: 64x128 per consumer at most.
-  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
+  // FP8 promotes each stage into a second set of accumulators: 64x192 per consumer at most.
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n192);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
   // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kSplitK);
   EXPECT_EQ(p.k_blocks, 32);
   EXPECT_EQ(p.splits, 4);
   EXPECT_EQ(p.operands, Operands::e4m3);
+}
+
+TEST(GemmPlan, Fp8TakesTheWideTileWhereItsRoundsCostLess) {
+  using kernels::gemm::Operands;
+  using kernels::gemm::wide_fp8_tile_leads;
+  // 8192²: 4096 tiles of 128x128 are 32 rounds of 132 (128 columns each: 4096), 2752 of 128x192 are 21
+  // (4032): 192. M = 2048, N = 8192: 8 rounds (1024) against 6 (1152, over 1024 · 1.07): 128.
+  EXPECT_TRUE(wide_fp8_tile_leads(8192, 8192, kH100Sms));
+  EXPECT_FALSE(wide_fp8_tile_leads(2048, 8192, kH100Sms));
+  EXPECT_EQ(plan_gemm(2048, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
+  // 2048 x 12288: 12 rounds against 8, equal widths of work: the wide tile's own speed decides.
+  const GemmPlan wide = plan_gemm(2048, 12288, 4096, kH100Sms, Operands::e4m3);
+  EXPECT_EQ(wide.tile, TileShape::m128n192);
+  EXPECT_EQ(wide.n_tiles, 64);
+  EXPECT_EQ(wide.cluster_m, 1);
+  EXPECT_NE(wide.describe().find("128x192"), std::string::npos);
+  // Block scales are per 128 columns of W, and the cluster rung keeps its 128x128 clusters: 128.
+  kernels::gemm::PlanOptions block;
+  block.block_scales = true;
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3, block).tile, TileShape::m128n128);
+  const kernels::gemm::PlanOptions clusters{true};
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3, clusters).tile, TileShape::m128n128);
+  // bf16 and int8 never take it.
+  EXPECT_EQ(plan_gemm(2048, 12288, 4096, kH100Sms, Operands::s8).tile, TileShape::m128n256);
 }
 
 TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
