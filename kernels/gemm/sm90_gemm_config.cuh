@@ -44,7 +44,8 @@ struct GemmConfig {
   using Operand = Operand_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_, kClusterM = kClusterM_;
   static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
-  static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128, 192 or 256");
+  static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256,
+                "BLOCK_N: the wgmma N of each consumer, 128, 192 or 256");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kConsumers = kBlockM / 64;
   // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.

@@ -433,7 +433,9 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
   if (e.activation == Activation::silu_gated) {
     if (e.out_scale) {
       store_gated_as<kBlockN, true>(p, f, row_f, acc);
-    } else if (out.on && kBlockN / 2 % 64 == 0) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
+    } else if (out.on && kBlockN / 2 % 64 == 0) {
+      // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2, in 64-column boxes (a 128×192
+      // tile's 96 columns of h take the register stores below)
       if constexpr (kBlockN / 2 % 64 == 0) {
         OutStaging gated = out;
         gated.col0 /= 2;
