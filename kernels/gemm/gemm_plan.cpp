@@ -57,10 +57,10 @@ double wave_efficiency(int64_t units, int sms) {
 }
 
 bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms) {
-  auto cost = [&](int tile_n) {  // rounds of tiles over the SMs, times a tile's width
-    return double(ceil_div(ceil_div(m, 128) * ceil_div(n, tile_n), sms) * tile_n);
+  auto cost = [&](TileShape t) {  // rounds of tiles over the SMs, times a tile's width
+    return double(ceil_div(ceil_div(m, tile_m(t)) * ceil_div(n, tile_n(t)), sms) * tile_n(t));
   };
-  return cost(192) < cost(128) * kWideFp8TileGain;
+  return cost(TileShape::m128n192) < cost(TileShape::m128n128) * kWideFp8TileGain;
 }
 
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, PlanOptions options) {
