@@ -44,7 +44,9 @@ int GemmPlan::grid(int sms) const {
 std::string GemmPlan::describe() const {
   if (tile == TileShape::stream)
     return fmt::format("stream: {} strips of {} rows x {} K stages, {} units, {}", n_tiles, kStreamRows, splits, units(),
-                       stream_chunk > 0 ? "whole strips in turn" : "contiguous ranges");
+                       stream_chunk == 0        ? std::string("contiguous ranges")
+                       : stream_chunk == splits ? std::string("whole strips in turn")
+                                                : fmt::format("strips in {} pieces", splits / stream_chunk));
   return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }
@@ -54,6 +56,12 @@ bool stream_takes(Operands operands, bool block_scales) { return operands != Ope
 double wave_efficiency(int64_t units, int sms) {
   const int64_t waves = ceil_div(units, sms);
   return waves == 0 ? 1.0 : double(units) / double(waves * sms);
+}
+
+int stream_pieces(int64_t strips, int stages, int sms) {
+  for (int pieces = 2; pieces <= kMaxStreamPieces && strips * pieces <= sms; ++pieces)
+    if (stages % pieces == 0 && wave_efficiency(strips * pieces, sms) >= kMinWaveEfficiency) return pieces;
+  return 0;
 }
 
 bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms) {
@@ -78,12 +86,20 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
-    // Whole strips in turn where they fill the SMs' rounds, or in one round where a third of the SMs or
-    // more get a strip, or the strips are short (<= 256 KB): a CTA streams its strip at ~40 GB/s (H200),
-    // and a strip cut across CTAs costs microseconds of atomics and counters at the end (7B O at M = 1:
-    // 17.2 against 20.0 µs cut). Else contiguous ranges, cut strips and all.
-    const bool one_round = plan.n_tiles <= sms && (3 * plan.n_tiles >= sms || kStreamRows * k_bytes <= (256 << 10));
-    if (one_round || wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency) plan.stream_chunk = plan.splits;
+    // Whole strips in turn where they fill the SMs' rounds, or in one round where they are short (<= 256 KB):
+    // a strip cut across CTAs costs microseconds of atomics and counters at its end. Else, in one round,
+    // each strip in the fewest pieces (dividing its stages) that fill the SMs: one piece a CTA, summed in
+    // the cluster's shared memory, and the SMs a strip each would leave idle cost more than that (7B O and
+    // down at M = 1, 64 strips on 132 SMs: see kernels/gemm/NOTES.md, "Session 33"). Else whole strips in
+    // one round where they take a third of the SMs or more (a CTA streams its strip at ~40 GB/s, H200),
+    // else contiguous ranges.
+    const bool short_strips = kStreamRows * k_bytes <= (256 << 10);
+    if (wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency || (short_strips && plan.n_tiles <= sms))
+      plan.stream_chunk = plan.splits;
+    else if (const int pieces = stream_pieces(plan.n_tiles, plan.splits, sms); pieces > 0)
+      plan.stream_chunk = plan.splits / pieces;
+    else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
+      plan.stream_chunk = plan.splits;
     return plan;
   }
   if (m > kSmallM) {

@@ -40,6 +40,9 @@ constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles togethe
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 constexpr int kStreamRows = 64;         // rows of W per strip of the streaming kernel (wgmma's m64)
 constexpr int kStreamStageBlocks = 2;   // the streaming kernel's K blocks (128 bytes) per stage, at most
+// Pieces of a strip run as one thread-block cluster that sums them in shared memory: pairs, which every
+// GPC holds whole (its SMs come in TPCs of 2), so that a plan's one round of pieces is resident at once.
+constexpr int kMaxStreamPieces = 2;
 // The streaming kernel's token tiles of 8 for M tokens: 1, 2, 4 or 8 (wgmma's N = 8-64).
 constexpr int stream_m_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
 
@@ -82,9 +85,11 @@ bool stream_takes(Operands operands, bool block_scales);
 //   offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
-//   kMinWaveEfficiency, or fit one round on a third of the SMs or more, or are short (<= 256 KB), so that
-//   the grid reads W side by side without cut strips; else units (strip, stage) divided evenly
-//   over min(units, sms) CTAs as contiguous ranges (a cut strip is summed across CTAs).
+//   kMinWaveEfficiency, or fit one round and are short (<= 256 KB), so that the grid reads W side by side
+//   without cut strips; else, in one round, strips in stream_pieces pieces (stream_chunk = splits /
+//   pieces: one piece a CTA, a cluster a strip); else whole strips where they fit one round on a third
+//   of the SMs or more; else units (strip, stage) divided evenly over min(units, sms) CTAs as contiguous
+//   ranges (a cut strip is summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
@@ -107,5 +112,10 @@ bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms);
 
 // Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).
 double wave_efficiency(int64_t units, int sms);
+
+// The fewest pieces (2 to kMaxStreamPieces, dividing `stages`) that cut `strips` streaming strips into one
+// round of `sms` SMs filled to kMinWaveEfficiency; 0 where none does (7B O, 64 strips of 32 stages: 2,
+// 128 CTAs).
+int stream_pieces(int64_t strips, int stages, int sms);
 
 }  // namespace topt::kernels::gemm

@@ -43,16 +43,22 @@ void prepare_stream_gemm(Operands operands, int64_t m) {
 
 void run_stream_gemm(const GemmLaunch& l, cudaStream_t stream) {
   with_stream_kernel(l.plan.operands, l.params.m, [&](auto kernel, int smem) {
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(l.grid);
     config.blockDim = dim3(StreamConfig::kThreads);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attr;
-    config.numAttrs = add_pdl_attribute(attr, 0);
+    const int pieces = l.plan.stream_chunk > 0 ? l.plan.splits / l.plan.stream_chunk : 1;
+    const unsigned clusters = pieces > 1 ? 1 : 0;  // a strip's pieces in one cluster (sum_pieces_in_rank0)
+    if (clusters) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim = {unsigned(pieces), 1, 1};
+    }
+    config.numAttrs = add_pdl_attribute(attr, clusters);
     GemmParams params = l.params;
-    params.pdl.on = config.numAttrs > 0;
+    params.pdl.on = config.numAttrs > clusters;
     CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, params));
   });
 }

@@ -12,9 +12,10 @@
 // - Work: W in strips of kStreamRows (64: wgmma's m64) rows, each strip's K in p.splits stages of up to
 //   kStreamStageBlocks (2) K blocks of 128 bytes. Units (strip, stage) in strip-major order (StreamRange,
 //   gemm_schedule.h): where the strips fill the SMs' rounds, whole strips are dealt to the CTAs in turn
-//   (p.stream_chunk = stages), so that the grid reads one window of W side by side; else CTA b of
-//   min(units, SMs) takes the contiguous range [b·units/grid, (b+1)·units/grid). A strip's stages start at
-//   stage (strip % stages) and wrap, so that neighbouring CTAs read different parts of x.
+//   (p.stream_chunk = stages), so that the grid reads one window of W side by side; where a round of
+//   them would leave SMs idle, equal pieces of each strip (p.stream_chunk = stages / pieces), one a CTA;
+//   else CTA b of min(units, SMs) takes the contiguous range [b·units/grid, (b+1)·units/grid). A strip's
+//   stages start at stage (strip % stages) and wrap, so that neighbouring CTAs read different parts of x.
 // - Producer (one thread of the last warp): per stage and K block, one TMA box of W (64 rows, 128 bytes,
 //   128-byte swizzle) and one of x (the token tile's 8·kMTiles rows, zero past M), as wgmma's A and B.
 //   PDL: W is never written by a kernel of the stream, so the first ring of W is requested while the kernel
@@ -29,6 +30,7 @@
 //   summed across CTAs: each adds its sums into the fp32 workspace [M, strips·64] (red.add in L2) and its
 //   stage count into the strip's counter; the CTA that completes the count applies the epilogue and zeroes
 //   both for the next launch (the threadFenceReduction protocol; the split-K last_split path's, in one kernel).
+//   A strip's pieces are summed in their cluster's shared memory instead (sum_pieces_in_rank0).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -66,13 +68,42 @@ struct StreamConfig {
   static constexpr int kStages = kRingBytes / kStageBytes<kMTiles> < 10 ? kRingBytes / kStageBytes<kMTiles> : 10;
   static_assert(kWBoxBytes % 1024 == 0 && kXBoxBytes<1> % 1024 == 0, "128-byte swizzle atoms are 1024-aligned");
 
-  // Shared memory of kMTiles token tiles: the ring, then the full and empty barriers; 1024 bytes of slack
-  // to align the ring.
+  // Where a cluster's CTAs stream pieces of one strip: the sums of ranks 1.. (each consumer thread's
+  // accumulators), which rank 0 adds to its own.
+  template <int kMTiles>
+  static constexpr int kPieceSumsBytes = (kMaxStreamPieces - 1) * kConsumerWarps * 32 * 4 * kMTiles * 4;
+  // Shared memory of kMTiles token tiles: the ring, the full and empty barriers, the pieces' sums; 1024
+  // bytes of slack to align the ring.
   template <int kMTiles>
   static constexpr int smem_bytes() {
-    return 1024 + kStages<kMTiles> * kStageBytes<kMTiles> + 2 * kStages<kMTiles> * 8;
+    return 1024 + kStages<kMTiles> * kStageBytes<kMTiles> + 2 * kStages<kMTiles> * 8 + kPieceSumsBytes<kMTiles>;
   }
 };
+
+// The pieces of one strip, one a CTA of the cluster (p.stream_chunk = stages / pieces): ranks 1.. store
+// their consumer threads' accumulators into rank 0's shared memory at `sums` and arrive on the cluster
+// barrier; rank 0 waits and adds them to its own, in rank order (the same sums in every launch). Returns
+// whether this CTA holds the strip's sums. Two phases of the barrier: every thread arrives at the kernel's
+// start and waits here, before any store into a peer (which must have started); then the second. The
+// producer warps take both before they return.
+template <int kAcc>
+__device__ __forceinline__ bool sum_pieces_in_rank0(float (&acc)[kAcc], uint32_t sums, int pieces) {
+  constexpr int kThreads = StreamConfig::kConsumerWarps * 32;
+  const uint32_t rank = sm90::cluster_ctarank();
+  auto at = [&](uint32_t piece, int i) { return sums + (((piece - 1) * kAcc + i) * kThreads + threadIdx.x) * 4; };
+  sm90::cluster_wait();  // every CTA of the cluster has started
+  if (rank > 0) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) sm90::st_shared_cluster(sm90::map_shared_rank(at(rank, i), 0), acc[i]);
+  }
+  sm90::cluster_arrive();
+  if (rank > 0) return false;
+  sm90::cluster_wait();
+  for (int piece = 1; piece < pieces; ++piece)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] += sm90::ld_shared(at(piece, i));
+  return true;
+}
 
 // kMTiles tiles of 8 tokens (M <= 8·kMTiles). p.tma_b: W boxes of (kRows, 128 bytes of K); p.tma_a: x
 // boxes of (8·kMTiles rows, 128 bytes of K); p.k_blocks: 128-byte K blocks of a row; p.splits: stages
@@ -90,6 +121,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (sm90::smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t bars = ring + kStages * kStageBytes;
+  const uint32_t piece_sums = bars + 2 * kStages * 8;
   auto full = [&](int s) { return bars + 8 * s; };
   auto empty = [&](int s) { return bars + 8 * (kStages + s); };
   auto w_box = [&](int s, int b) { return ring + s * kStageBytes + b * C::kWBoxBytes; };
@@ -105,6 +137,8 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   __syncthreads();
 
   const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
+  const int pieces = p.stream_chunk > 0 ? stages / p.stream_chunk : 1;  // of a strip, one a CTA of the cluster
+  if (pieces > 1) sm90::cluster_arrive_relaxed();  // this CTA has started (sum_pieces_in_rank0)
   const StreamRange range(strips, stages, blockIdx.x, gridDim.x, p.stream_chunk);
   constexpr int kBlockK = C::kRowBytes / (kOperands == Operands::bf16 ? 2 : 1);  // elements per box row
   // A strip's stages run from a K offset that varies with the strip, so that CTAs on neighbouring strips
@@ -150,6 +184,10 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
       if (!x_ready) release_x();
     }
     if (p.pdl.on) pdl_wait();  // pdl.h's contract: no thread returns before the kernel before has ended
+    if (pieces > 1) {  // sum_pieces_in_rank0's two phases
+      sm90::cluster_wait();
+      sm90::cluster_arrive_relaxed();
+    }
     return;
   }
 
@@ -204,7 +242,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
     if (lane == 0) sm90::mbar_arrive(empty(held));
 
     // acc[4j + i]: row 16·warp + g + 8·(i / 2), token 8j + 2t + i % 2.
-    if (run.s_begin == 0 && run.s_end == stages) {
+    if ((run.s_begin == 0 && run.s_end == stages) || (pieces > 1 && sum_pieces_in_rank0(acc, piece_sums, pieces))) {
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
@@ -215,7 +253,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
           else
             for (int h = 0; h < 2; ++h) store(strip, token, 16 * warp + g + 8 * h, acc[4 * j + 2 * h + c]);
         }
-    } else {
+    } else if (pieces == 1) {
       // workspace [M, strips·64]: this strip's columns of each token.
       const int64_t stride = int64_t(strips) * C::kRows;
       float* strip_sums = p.partial + int64_t(strip) * C::kRows;

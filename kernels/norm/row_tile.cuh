@@ -11,6 +11,7 @@
 #include "harness/cuda_check.h"
 #include "harness/dtype_traits.cuh"
 #include "kernels/norm/row_tiling.h"
+#include "kernels/sm90/sm90_primitives.cuh"
 
 namespace topt::kernels {
 
@@ -235,14 +236,9 @@ __device__ __forceinline__ unsigned cluster_blocks() { return cooperative_groups
 
 // Cluster barrier halves: arrive once this block's remote reads are done, wait (acquire) before the
 // block exits, so that no block's shared memory goes away while another still reads it.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-// An arrival that orders none of this thread's memory accesses: .release puts MEMBAR.ALL.GPU and
-// ERRBAR before the arrival (7% of the staged softmax's stall samples each, two per warp); a warp with
-// nothing to publish, or whose remote reads are done (their values used), needs neither.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+using sm90::cluster_arrive;
+using sm90::cluster_arrive_relaxed;
+using sm90::cluster_wait;
 
 // op over the cluster's blocks of `block_value` (already reduced over this block, the same in every
 // thread), returned to every thread: each block posts its value in its shared memory, one cluster

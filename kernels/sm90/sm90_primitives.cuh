@@ -85,6 +85,32 @@ __device__ __forceinline__ uint32_t num_clusters_x() {
   asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
   return r;
 }
+// Cluster barrier halves (every thread of the warp together): arrive, publishing this thread's writes
+// (to peers' shared memory too) to the threads that wait after it; wait (acquire) for every thread of
+// the cluster that has not exited to arrive.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+// An arrival that orders none of this thread's memory accesses: .release puts MEMBAR.ALL.GPU and
+// ERRBAR before the arrival (7% of the staged softmax's stall samples each, two per warp); a warp with
+// nothing to publish, or whose remote reads are done (their values used), needs neither.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The address of shared-memory offset `addr` of CTA `cta` of the cluster (distributed shared memory),
+// and a 4-byte store there.
+__device__ __forceinline__ uint32_t map_shared_rank(uint32_t addr, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
+  return r;
+}
+__device__ __forceinline__ void st_shared_cluster(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+__device__ __forceinline__ float ld_shared(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
 // Every thread of every CTA of the cluster arrives, then waits for all the others: what one CTA
 // wrote (barrier inits included) is visible to the others after it, and no CTA leaves while a peer
 // may still write its shared memory or arrive on its barriers.

@@ -86,8 +86,10 @@ TEST_P(GemmGpu, MatchesTheReference) {
 // (M = 1..64, 8-token tiles 1, 2, 4, 8, partly filled), N off the 64-row strip (999, 1000: the last strip
 // 39 or 40 rows) and K off the 2-block stage (1032 bf16: 2064 bytes, 17 blocks, the last of 16 bytes and
 // alone in its stage; 520: 1040 bytes), bf16 and FP8 with per-tensor scales: short strips, whole, one
-// round. Long strips too few for the SMs (K 4104 bf16, 8208 FP8: 512 KB) are cut across CTAs and summed
-// through the workspace and counters. The plan's metrics say it streamed.
+// round. Long strips too few for the SMs are cut across CTAs and summed through the workspace and
+// counters in contiguous ranges (K 4104 bf16, 8208 FP8: 33 stages, 16 strips); strips on half the SMs
+// (N 4000 and 4096, 512 KB) in pairs of pieces summed in the cluster's shared memory. The plan's metrics
+// say it streamed.
 struct StreamCase {
   int64_t m, n, k;
   std::string op;  // gemm_bf16 or gemm_fp8 (scaling=tensor)
@@ -104,8 +106,10 @@ std::vector<StreamCase> stream_cases() {
   for (int64_t m : {1, 17, 64}) {
     cases.push_back({m, 1000, 4104, "gemm_bf16"});
     cases.push_back({m, 999, 8208, "gemm_fp8"});
+    cases.push_back({m, 4000, 4096, "gemm_bf16"});
+    cases.push_back({m, 4000, 8192, "gemm_fp8"});
   }
-  // Strips on half the SMs (one round), and 1 x 8 (one strip, one box).
+  // Strips on half the SMs (in pairs of pieces), and 1 x 8 (one strip, one box).
   cases.push_back({1, 4096, 4096, "gemm_bf16"});
   cases.push_back({16, 4096, 4096, "gemm_fp8"});
   cases.push_back({1, 8, 8, "gemm_bf16"});
@@ -131,6 +135,7 @@ TEST_P(GemmStreamGpu, MatchesTheReference) {
 TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours_v3_stream", 3, 5);
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 4104}), DType::bf16), "ours_v3_stream", 3, 5);
+  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 4000, 4096}), DType::bf16), "ours_v3_stream", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.

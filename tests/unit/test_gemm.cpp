@@ -32,19 +32,31 @@ constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true}
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
   using kernels::gemm::PlanOptions;
-  // 7B O at M = 1: 64 strips of 64 rows, K (64 blocks of 128 bytes) in 32 stages of 2: 2048 units. The
-  // strips give half of the 132 CTAs one each: one round of whole strips (64 CTAs), no cut strips.
+  // 7B O at M = 1: 64 strips of 64 rows, K (64 blocks of 128 bytes) in 32 stages of 2: 2048 units. A strip
+  // each would leave 68 of the 132 SMs idle: each strip in 2 pieces of 16 stages, one a CTA (128 CTAs).
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(p.tile, TileShape::stream);
   EXPECT_EQ(p.splits, 32);
   EXPECT_EQ(p.n_tiles, 64);
   EXPECT_EQ(p.units(), 2048);
-  EXPECT_EQ(p.stream_chunk, 32);
-  EXPECT_EQ(p.grid(kH100Sms), 64);
+  EXPECT_EQ(p.stream_chunk, 16);
+  EXPECT_EQ(p.grid(kH100Sms), 128);
   EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
   EXPECT_NE(p.describe().find("64 strips of 64 rows x 32 K stages"), std::string::npos) << p.describe();
-  EXPECT_NE(p.describe().find("whole strips in turn"), std::string::npos) << p.describe();
-  // Fewer than a third of the SMs' worth of 512 KB strips (43 on 132) are cut into contiguous ranges.
+  EXPECT_NE(p.describe().find("strips in 2 pieces"), std::string::npos) << p.describe();
+  // 7B down (K 11008: 86 stages): 2 pieces of 43. 13B O (80 strips): 160 pieces would take two rounds,
+  // so whole strips, one round on 80 SMs. N = 4000: 63 strips (the last of 32 rows) in 126 pieces.
+  EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).stream_chunk, 43);
+  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, kStream).stream_chunk, 40);
+  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 80);
+  EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).stream_chunk, 16);
+  EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).grid(kH100Sms), 126);
+  // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so 64 strips stay whole.
+  EXPECT_EQ(kernels::gemm::stream_pieces(64, 33, kH100Sms), 0);
+  EXPECT_EQ(kernels::gemm::stream_pieces(64, 32, kH100Sms), 2);
+  EXPECT_EQ(plan_gemm(1, 4096, 4224, kH100Sms, Operands::bf16, kStream).stream_chunk, 33);
+  // 43 strips of 512 KB: 2 pieces fill 86 of 132 SMs (65%), 4 two rounds, and 43 strips are under a third
+  // of the SMs: contiguous ranges. 44 strips: whole, one round.
   EXPECT_EQ(plan_gemm(1, 43 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
   EXPECT_EQ(plan_gemm(1, 44 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 32);
   // FP8: 32 blocks of 128 bytes, 16 stages. 70B gate+up (57344 rows): 896 strips x 64 stages, 6 or 7
@@ -70,11 +82,13 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(small_n.splits, 9);
   EXPECT_EQ(small_n.stream_chunk, 9);  // 16 strips of 129 KB: short, whole, one round on 16 CTAs
   EXPECT_EQ(small_n.grid(kH100Sms), 16);
-  // Long strips too few for a third of the SMs (16 of 512 KB) are cut into contiguous ranges.
+  // 16 long strips (512 KB): pairs of pieces would fill 32 SMs, and 16 are too few for a third of them:
+  // contiguous ranges.
   const GemmPlan few_long = plan_gemm(1, 1000, 4096, kH100Sms, Operands::bf16, kStream);
   EXPECT_EQ(few_long.stream_chunk, 0);
   EXPECT_EQ(few_long.grid(kH100Sms), 132);
   EXPECT_NE(few_long.describe().find("contiguous ranges"), std::string::npos) << few_long.describe();
+  EXPECT_EQ(kernels::gemm::stream_pieces(16, 32, kH100Sms), 0);
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
   // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
