@@ -271,9 +271,10 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     throw std::invalid_argument("gemm: the streaming plan takes M <= " + std::to_string(tile_m(plan.tile)) +
                                 ", no block scales, and its K stages of " + std::to_string(kStreamStageBlocks) +
                                 " blocks at most");
-  if (streams && plan.stream_chunk > 0 && plan.stream_chunk < plan.splits &&
-      (plan.splits % plan.stream_chunk != 0 || plan.splits / plan.stream_chunk > kMaxStreamPieces ||
-       plan.grid(current_device_sm_count()) != plan.n_tiles * (plan.splits / plan.stream_chunk)))
+  const int pieces = strip_pieces(plan.splits, plan.stream_chunk);
+  if (streams && pieces > 1 &&
+      (plan.splits % plan.stream_chunk != 0 || pieces > kMaxStreamPieces ||
+       plan.grid(current_device_sm_count()) != plan.n_tiles * pieces))
     throw std::invalid_argument("gemm: a streaming plan's pieces divide each strip's stages, " +
                                 std::to_string(kMaxStreamPieces) + " at most, one a CTA in one round");
   const WorkspaceLayout layout(args, plan, reduce);

@@ -42,11 +42,13 @@ int GemmPlan::grid(int sms) const {
 }
 
 std::string GemmPlan::describe() const {
-  if (tile == TileShape::stream)
+  if (tile == TileShape::stream) {
+    const int pieces = strip_pieces(splits, stream_chunk);
     return fmt::format("stream: {} strips of {} rows x {} K stages, {} units, {}", n_tiles, kStreamRows, splits, units(),
-                       stream_chunk == 0        ? std::string("contiguous ranges")
-                       : stream_chunk == splits ? std::string("whole strips in turn")
-                                                : fmt::format("strips in {} pieces", splits / stream_chunk));
+                       stream_chunk == 0 ? std::string("contiguous ranges")
+                       : pieces == 1     ? std::string("whole strips in turn")
+                                         : fmt::format("strips in {} pieces", pieces));
+  }
   return fmt::format("{} tiles, {} split{}, {} units, raster group {}, cluster {}x1", tile_name(tile), splits,
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }

@@ -43,6 +43,10 @@ constexpr int kStreamStageBlocks = 2;   // the streaming kernel's K blocks (128 
 // Pieces of a strip run as one thread-block cluster that sums them in shared memory: pairs, which every
 // GPC holds whole (its SMs come in TPCs of 2), so that a plan's one round of pieces is resident at once.
 constexpr int kMaxStreamPieces = 2;
+// The pieces a streaming plan cuts each strip into, from its stages and GemmPlan::stream_chunk: stages /
+// chunk, one a CTA of a cluster, where a chunk is part of a strip; 1 for whole strips, chunks that span
+// strips and contiguous ranges (chunk 0).
+constexpr int strip_pieces(int stages, int chunk) { return chunk > 0 && chunk < stages ? stages / chunk : 1; }
 // The streaming kernel's token tiles of 8 for M tokens: 1, 2, 4 or 8 (wgmma's N = 8-64).
 constexpr int stream_m_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
 

@@ -50,7 +50,7 @@ void run_stream_gemm(const GemmLaunch& l, cudaStream_t stream) {
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = attr;
-    const int pieces = l.plan.stream_chunk > 0 ? l.plan.splits / l.plan.stream_chunk : 1;
+    const int pieces = strip_pieces(l.plan.splits, l.plan.stream_chunk);
     const unsigned clusters = pieces > 1 ? 1 : 0;  // a strip's pieces in one cluster (sum_pieces_in_rank0)
     if (clusters) {
       attr[0].id = cudaLaunchAttributeClusterDimension;

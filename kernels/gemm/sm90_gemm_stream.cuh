@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   __syncthreads();
 
   const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
-  const int pieces = p.stream_chunk > 0 ? stages / p.stream_chunk : 1;  // of a strip, one a CTA of the cluster
+  const int pieces = strip_pieces(stages, p.stream_chunk);  // of a strip, one a CTA of the cluster
   if (pieces > 1) sm90::cluster_arrive_relaxed();  // this CTA has started (sum_pieces_in_rank0)
   const StreamRange range(strips, stages, blockIdx.x, gridDim.x, p.stream_chunk);
   constexpr int kBlockK = C::kRowBytes / (kOperands == Operands::bf16 ? 2 : 1);  // elements per box row

@@ -54,6 +54,11 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so 64 strips stay whole.
   EXPECT_EQ(kernels::gemm::stream_pieces(64, 33, kH100Sms), 0);
   EXPECT_EQ(kernels::gemm::stream_pieces(64, 32, kH100Sms), 2);
+  // A chunk within a strip makes pieces of it; whole strips, chunks past a strip and ranges make none.
+  EXPECT_EQ(kernels::gemm::strip_pieces(32, 16), 2);
+  EXPECT_EQ(kernels::gemm::strip_pieces(32, 32), 1);
+  EXPECT_EQ(kernels::gemm::strip_pieces(32, 64), 1);
+  EXPECT_EQ(kernels::gemm::strip_pieces(32, 0), 1);
   EXPECT_EQ(plan_gemm(1, 4096, 4224, kH100Sms, Operands::bf16, kStream).stream_chunk, 33);
   // 43 strips of 512 KB: 2 pieces fill 86 of 132 SMs (65%), 4 two rounds, and 43 strips are under a third
   // of the SMs: contiguous ranges. 44 strips: whole, one round.
