@@ -30,9 +30,10 @@ constexpr double kMinWaveEfficiencyV2 = 0.95;
 // context needs one split and GQA batch 16 fits one wave of 1 block per SM (measured against 1040:
 // kernels/attention/NOTES.md).
 constexpr int kMaxSplitPagesTma = 2049;
-// Ragged batches (lengths known): the shortest split they are cut to (512 tokens), and what a block
-// costs beside its tiles, in tiles: its prologue (page ids, the first tile's latency) and its share
-// of the split combine (4 against 1 and 2, measured on the sweep's ragged batches: NOTES.md).
+// Ragged batches (lengths known): the shortest split they are cut to (512 tokens). What a block costs
+// beside its tiles, in tiles: its prologue (page ids, the first tile's latency) and its share of the
+// split combine (4 against 1 and 2, measured on the sweep's ragged batches: NOTES.md); the tma variant's
+// uniform plans weigh it too.
 constexpr int kMinRaggedSplitTiles = 8;
 constexpr int kBlockOverheadTiles = 4;
 // Uniform batches of at least kTailRounds rounds of blocks (tma): the last round's groups are cut in

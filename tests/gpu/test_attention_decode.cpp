@@ -271,6 +271,18 @@ TEST_F(GpuTest, DecodeRaggedPlansCutTheLongestSequence) {
   EXPECT_GT(r.splits, u.splits) << r.describe() << " | " << u.describe();
 }
 
+// A uniform batch takes the split count whose rounds of blocks end first, a block costing its tiles and its
+// prologue (kBlockOverheadTiles): 13B's 40 heads at batch 1 x 1k run a few splits in one round, not the
+// five rounds of one-tile splits that filled the last wave best.
+TEST_F(GpuTest, DecodeUniformPlansWeighABlocksPrologue) {
+  const kernels::PagedKv kv = planned_cache(1, 40);
+  const kernels::DecodeShape shape{40, 1, 1024, 1024};
+  const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
+  const int slots = current_device_sm_count() * plan.blocks_per_sm;
+  EXPECT_GT(plan.splits, 1) << plan.describe();
+  EXPECT_LE(40 * plan.splits, slots) << plan.describe();
+}
+
 // GQA rows past 16 go to one block's row groups on the deep ring (its 8 warps), 64 rows a block at
 // most: 70B's q_len 2 / 4 / 8 / 16 (16 / 32 / 64 / 128 rows) take 1 / 1 / 1 / 2 row blocks.
 TEST_F(GpuTest, DecodeGqaRowsShareABlocksTiles) {
