@@ -201,9 +201,14 @@ constexpr int kBarConsumers = 1;  // named barrier of the consumer warps (0 is _
 // warps each, all reading every tile: the K/V bytes reach shared memory once for all of them
 // instead of once per 16-row block. With G = 1 a set of kWarps warps reads a tile (W / kWarps sets
 // on alternate tiles); with G > 1 each warp takes slices j, j + W / G, … of every tile.
+//
+// PDL: the cache's keys and values before the new tokens (its last q_len positions) are written by no
+// kernel of a step (the kernel before appends the new ones), so the producer reads the page ids and
+// streams those tiles while the kernel before finishes; the tile that holds a new token, q, and every
+// write come after pdl_wait.
 template <class T, int S, int W, bool kTree, int G>
 __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid_constant__ DecodeParams p, PdlLaunch pdl) {
-  pdl_begin(pdl);
+  if (pdl.on) pdl_launch_dependents();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace sm90;
   using Layout = TmaLayout<S, W>;
@@ -242,8 +247,12 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
     }
     if (warp < W) {
       const BlockPlace group_place = place.row_group(warp / kGroupWarps, kMmaRows);
+      if (pdl.on) {  // q after the kernel before, the producer's first tiles during it
+        __syncthreads();
+        pdl_wait();
+      }
       Mma mma(p, group_place);  // q's loads overlap the page ids' and the first tile's
-      __syncthreads();
+      if (!pdl.on) __syncthreads();
       // Tokens past the sequence's end within its last page hold whatever the pool holds; their
       // weights are 0, but 0 · NaN is not, so their V rows are zeroed: rows [first, first + count)
       // of the stage at v_stage, by `threads` threads from `thread` on.
@@ -294,12 +303,17 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
       if (lane == 0) {
         const int kv_head = place.kv_head;
         const int page_tokens = min(p.page_size, kTile);  // tokens per box
+        bool waited = !pdl.on;
         for (int tile = 0; tile < n_tiles; ++tile) {
           const int stage = tile % S;
+          const int tile_start = place.begin + tile * kTile;
+          if (!waited && tile_start + kTile > place.len - p.q_len) {  // it holds a new token
+            pdl_wait();
+            waited = true;
+          }
           mbar_wait(smem + Layout::empty + 8 * stage, ((tile / S) & 1) ^ 1);
           const uint32_t full = smem + Layout::full + 8 * stage;
           mbar_arrive_expect_tx(full, 2 * Layout::kv_stage);
-          const int tile_start = place.begin + tile * kTile;
           const int in_page = tile_start & (p.page_size - 1);  // 0 unless pages hold more than a tile
           const int pages_per_tile = kTile / page_tokens;
           // The tile's pages (−1 past the split's), and whether they follow one another in the pool.
@@ -333,8 +347,10 @@ __global__ void __launch_bounds__(tma_threads(W)) decode_tma_kernel(const __grid
         }
       }
       __syncwarp();
+      if (pdl.on) pdl_wait();  // every thread, before the combine's reads and writes
     }
   } else {
+    if (pdl.on) pdl_wait();
     write_empty_split<T>(p, place);
   }
   if (place.splits > 1) combine_if_last_split_v2<T, W == kWarps ? 16 : 32>(p, place);
