@@ -9,7 +9,8 @@
 // which launch_kernel fills from the same PdlScope that adds the attribute, and where it is on, all its
 // threads call pdl_wait (pdl.cuh) before reading anything an earlier kernel writes, before writing
 // anything, and before any early return (a grid that completes without waiting would let the next one
-// run ahead of the one before it). Where it is off the kernel runs no griddepcontrol at all, so a
+// run ahead of the one before it). What no kernel of the stream writes may be read before it: a GEMM's
+// weights, and decode attention's cached keys and values before a step's new tokens. Where it is off the kernel runs no griddepcontrol at all, so a
 // launch without PDL runs the code it ran before PDL existed.
 #pragma once
 #include <cuda_runtime.h>
