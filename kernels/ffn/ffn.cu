@@ -81,7 +81,9 @@ struct FfnPlans {
   gemm::GemmPlan up, down;
   FfnPlans(const FfnArgs& a, gemm::PlanOptions options) {
     const int sms = current_device_sm_count();
-    up = gemm::plan_gemm(a.m, up_args(a, nullptr).n, a.hidden, sms, a.operands, options);
+    gemm::PlanOptions up_options = options;
+    up_options.gated = a.kind == FfnKind::swiglu;
+    up = gemm::plan_gemm(a.m, up_args(a, nullptr).n, a.hidden, sms, a.operands, up_options);
     down = gemm::plan_gemm(a.m, a.hidden, a.ffn, sms, a.operands, options);
   }
 };

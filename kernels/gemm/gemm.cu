@@ -277,6 +277,14 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
        plan.grid(current_device_sm_count()) != plan.n_tiles * pieces))
     throw std::invalid_argument("gemm: a streaming plan's pieces divide each strip's stages, " +
                                 std::to_string(kMaxStreamPieces) + " at most, one a CTA in one round");
+  const bool narrow = streams && plan.stream_rows != kStreamRows;
+  const bool gated = args.epilogue.activation == Activation::silu_gated;
+  const int rows = plan.stream_rows;
+  if (narrow && (rows < 8 || rows > kStreamRows || rows % (gated ? 2 * kGatedGroup : 8) != 0 ||
+                 plan.n_tiles != (args.n + rows - 1) / rows || plan.stream_chunk != plan.splits))
+    throw std::invalid_argument("gemm: a streaming plan's strips of " + std::to_string(rows) +
+                                " rows: whole strips of 8 to " + std::to_string(kStreamRows) +
+                                " rows, a multiple of 8 (16 with SwiGLU's gate|up groups), covering N");
   const WorkspaceLayout layout(args, plan, reduce);
   GemmLaunch l;
   l.plan = plan;
@@ -289,10 +297,10 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
     with_config(plan, [&](auto tag) { l.grid = persistent_grid<typename decltype(tag)::type>(plan); });
     p.tma_a = operand_map("gemm A", args.a, args.operands, args.m, args.k, tile_m(plan.tile));
   }
-  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k, tile_n(plan.tile) / plan.cluster_m);
+  p.tma_b = operand_map("gemm W", args.b, args.operands, args.n, args.k,
+                        streams ? plan.stream_rows : tile_n(plan.tile) / plan.cluster_m);
   // The 128-row tiles stage bf16 y (SwiGLU: h, gated_cols wide) for TMA stores of 64x64 boxes:
   // 16-byte row strides and base.
-  const bool gated = args.epilogue.activation == Activation::silu_gated;
   const int64_t y_cols = gated ? args.epilogue.gated_cols : args.n;
   p.out_tma = !streams && args.m > 0 && tile_m(plan.tile) == 128 && !args.epilogue.out_scale && y_cols % 8 == 0 &&
               reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
@@ -328,6 +336,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   p.group = plan.group;
   p.pdl.on = false;
   p.stream_chunk = plan.stream_chunk;
+  p.stream_rows = plan.stream_rows;
   p.epilogue = args.epilogue;
   return l;
 }

@@ -91,6 +91,7 @@ struct GemmParams {  // 64-byte aligned through CUtensorMap
   // each stage's A goes out beside its W.
   PdlLaunch pdl;
   int stream_chunk;     // the streaming kernel's units per chunk (GemmPlan::stream_chunk)
+  int stream_rows;      // its rows of W a strip (GemmPlan::stream_rows)
   Epilogue epilogue;
 };
 

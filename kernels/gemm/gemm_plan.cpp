@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/gemm/gemm.h"  // kGatedGroup
+
 namespace topt::kernels::gemm {
 
 namespace {
@@ -44,7 +46,8 @@ int GemmPlan::grid(int sms) const {
 std::string GemmPlan::describe() const {
   if (tile == TileShape::stream) {
     const int pieces = strip_pieces(splits, stream_chunk);
-    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units, {}", n_tiles, kStreamRows, splits, units(),
+    return fmt::format("stream: {} strips of {} rows x {} K stages, {} units, {}", n_tiles, stream_rows, splits,
+                       units(),
                        stream_chunk == 0 ? std::string("contiguous ranges")
                        : pieces == 1     ? std::string("whole strips in turn")
                                          : fmt::format("strips in {} pieces", pieces));
@@ -63,6 +66,15 @@ double wave_efficiency(int64_t units, int sms) {
 int stream_pieces(int64_t strips, int stages, int sms) {
   for (int pieces = 2; pieces <= kMaxStreamPieces && strips * pieces <= sms; ++pieces)
     if (stages % pieces == 0 && wave_efficiency(strips * pieces, sms) >= kMinWaveEfficiency) return pieces;
+  return 0;
+}
+
+int narrow_stream_rows(int64_t n, int sms, int multiple) {
+  for (int rows = (kStreamRows - 1) / multiple * multiple; rows >= kMinStreamRows; rows -= multiple) {
+    const int64_t strips = ceil_div(n, rows);
+    if (strips > sms) return 0;  // fewer rows make only more strips
+    if (wave_efficiency(strips, sms) >= kMinWaveEfficiency) return rows;
+  }
   return 0;
 }
 
@@ -92,15 +104,20 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     // a strip cut across CTAs costs microseconds of atomics and counters at its end. Else, in one round,
     // each strip in the fewest pieces (dividing its stages) that fill the SMs: one piece a CTA, summed in
     // the cluster's shared memory, and the SMs a strip each would leave idle cost more than that (7B O and
-    // down at M = 1, 64 strips on 132 SMs: see kernels/gemm/NOTES.md, "Session 33"). Else whole strips in
-    // one round where they take a third of the SMs or more (a CTA streams its strip at ~40 GB/s, H200),
+    // down at M = 1, 64 strips on 132 SMs: see kernels/gemm/NOTES.md, "Session 33"). Else narrower whole
+    // strips that fill one round (13B's O and down: 128 strips of 40 rows, not 80 of 64; a CTA streams its
+    // strip at ~40 GB/s, H200). Else whole strips in one round where they take a third of the SMs or more,
     // else contiguous ranges.
     const bool short_strips = kStreamRows * k_bytes <= (256 << 10);
     if (wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency || (short_strips && plan.n_tiles <= sms))
       plan.stream_chunk = plan.splits;
     else if (const int pieces = stream_pieces(plan.n_tiles, plan.splits, sms); pieces > 0)
       plan.stream_chunk = plan.splits / pieces;
-    else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
+    else if (const int rows = narrow_stream_rows(n, sms, options.gated ? 2 * kGatedGroup : 8); rows > 0) {
+      plan.stream_rows = rows;
+      plan.n_tiles = ceil_div(n, rows);
+      plan.stream_chunk = plan.splits;
+    } else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
       plan.stream_chunk = plan.splits;
     return plan;
   }

@@ -39,6 +39,7 @@ constexpr double kWideFp8TileGain = 1.07;
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 constexpr int kStreamRows = 64;         // rows of W per strip of the streaming kernel (wgmma's m64)
+constexpr int kMinStreamRows = 32;      // the narrowest strip (4 KB boxes of W), where 64 rows leave SMs idle
 constexpr int kStreamStageBlocks = 2;   // the streaming kernel's K blocks (128 bytes) per stage, at most
 // Pieces of a strip run as one thread-block cluster that sums them in shared memory: pairs, which every
 // GPC holds whole (its SMs come in TPCs of 2), so that a plan's one round of pieces is resident at once.
@@ -63,6 +64,9 @@ struct GemmPlan {
   // Tile `stream`: units (strip, K stage) per chunk dealt to the CTAs in turn, or 0 for contiguous ranges
   // (StreamRange, gemm_schedule.h).
   int stream_chunk = 0;
+  // Tile `stream`: rows of W a strip (and a box) holds; below kStreamRows the m64 tile's other rows go
+  // unused (narrow_stream_rows). n_tiles counts strips of this many rows.
+  int stream_rows = kStreamRows;
   int64_t units() const { return m_tiles * n_tiles * splits; }  // work items of the persistent grid
   int grid(int sms) const;  // CTAs launched: one per SM at most, whole clusters
   std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
@@ -78,6 +82,7 @@ struct PlanOptions {
   // and `ours_v3_stream_pdl` (decode_step) keep it measured.
   bool stream = false;
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
+  bool gated = false;  // SwiGLU's interleaved gate|up rows: a streaming strip holds whole groups of 8 + 8
 };
 
 // Whether the weight-streaming kernel takes these operands: bf16 and e4m3 with per-tensor scales
@@ -91,9 +96,10 @@ bool stream_takes(Operands operands, bool block_scales);
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
 //   kMinWaveEfficiency, or fit one round and are short (<= 256 KB), so that the grid reads W side by side
 //   without cut strips; else, in one round, strips in stream_pieces pieces (stream_chunk = splits /
-//   pieces: one piece a CTA, a cluster a strip); else whole strips where they fit one round on a third
-//   of the SMs or more; else units (strip, stage) divided evenly over min(units, sms) CTAs as contiguous
-//   ranges (a cut strip is summed across CTAs).
+//   pieces: one piece a CTA, a cluster a strip); else, where narrow_stream_rows finds them, whole narrower
+//   strips in one round; else whole strips where they fit one round on a third of the SMs or more; else
+//   units (strip, stage) divided evenly over min(units, sms) CTAs as contiguous ranges (a cut strip is
+//   summed across CTAs).
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
@@ -121,5 +127,10 @@ double wave_efficiency(int64_t units, int sms);
 // round of `sms` SMs filled to kMinWaveEfficiency; 0 where none does (7B O, 64 strips of 32 stages: 2,
 // 128 CTAs).
 int stream_pieces(int64_t strips, int stages, int sms);
+
+// The most rows (a multiple of `multiple`, from kMinStreamRows to below kStreamRows) whose strips of N rows
+// fill one round of `sms` SMs to kMinWaveEfficiency; 0 where none does. 13B's O and down (N = 5120: 80 strips
+// of 64 rows on 80 SMs, pairs of pieces two rounds): 40, 128 strips.
+int narrow_stream_rows(int64_t n, int sms, int multiple);
 
 }  // namespace topt::kernels::gemm

@@ -9,13 +9,15 @@
 // 279-295 µs against 231 for the same boxes unconsumed). One warpgroup issuing wgmma from shared memory
 // keeps the consumer to a dozen instructions a stage.
 //
-// - Work: W in strips of kStreamRows (64: wgmma's m64) rows, each strip's K in p.splits stages of up to
-//   kStreamStageBlocks (2) K blocks of 128 bytes. Units (strip, stage) in strip-major order (StreamRange,
-//   gemm_schedule.h): where the strips fill the SMs' rounds, whole strips are dealt to the CTAs in turn
-//   (p.stream_chunk = stages), so that the grid reads one window of W side by side; where a round of
-//   them would leave SMs idle, equal pieces of each strip (p.stream_chunk = stages / pieces), one a CTA;
-//   else CTA b of min(units, SMs) takes the contiguous range [b·units/grid, (b+1)·units/grid). A strip's
-//   stages start at stage (strip % stages) and wrap, so that neighbouring CTAs read different parts of x.
+// - Work: W in strips of kStreamRows (64: wgmma's m64) rows, or of p.stream_rows fewer where 64-row strips
+//   would leave SMs idle and narrower ones fill a round (the m64 tile's other rows unused); each strip's K
+//   in p.splits stages of up to kStreamStageBlocks (2) K blocks of 128 bytes. Units (strip, stage) in
+//   strip-major order (StreamRange, gemm_schedule.h): where the strips fill the SMs' rounds, whole strips
+//   are dealt to the CTAs in turn (p.stream_chunk = stages), so that the grid reads one window of W side by
+//   side; where a round of them would leave SMs idle, equal pieces of each strip (p.stream_chunk =
+//   stages / pieces), one a CTA; else CTA b of min(units, SMs) takes the contiguous range
+//   [b·units/grid, (b+1)·units/grid). A strip's stages start at stage (strip % stages) and wrap, so that
+//   neighbouring CTAs read different parts of x.
 // - Producer (one thread of the last warp): per stage and K block, one TMA box of W (64 rows, 128 bytes,
 //   128-byte swizzle) and one of x (the token tile's 8·kMTiles rows, zero past M), as wgmma's A and B.
 //   PDL: W is never written by a kernel of the stream, so the first ring of W is requested while the kernel
@@ -136,7 +138,11 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   }
   __syncthreads();
 
-  const int strips = (p.n + C::kRows - 1) / C::kRows, stages = p.splits;
+  // Rows of W a strip: the m64 tile's first p.stream_rows (all 64, or fewer: narrow_stream_rows); the rest
+  // of the tile holds what the ring held before and its sums go unstored (a row's sums are its own).
+  const int rows = p.stream_rows;
+  const int strips = (p.n + rows - 1) / rows, stages = p.splits;
+  const uint32_t stage_bytes = uint32_t(C::kBlocks * (rows * C::kRowBytes + kXBoxBytes));
   const int pieces = strip_pieces(stages, p.stream_chunk);  // of a strip, one a CTA of the cluster
   if (pieces > 1) sm90::cluster_arrive_relaxed();  // this CTA has started (sum_pieces_in_rank0)
   const StreamRange range(strips, stages, blockIdx.x, gridDim.x, p.stream_chunk);
@@ -170,10 +176,10 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
           // issue stays free of branches, which would serialize it).
           const int first = first_block(run.strip, s);
           sm90::mbar_wait(empty(pos.stage), pos.phase ^ 1);
-          sm90::mbar_arrive_expect_tx(full(pos.stage), uint32_t(kStageBytes));
+          sm90::mbar_arrive_expect_tx(full(pos.stage), stage_bytes);
           for (int b = 0; b < C::kBlocks; ++b)
             sm90::tma_load_2d(w_box(pos.stage, b), &p.tma_b, full(pos.stage), (first + b) * kBlockK,
-                              run.strip * C::kRows);
+                              run.strip * rows);
           if (x_ready)
             load_x(pos.stage, first);
           else
@@ -202,15 +208,15 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   pdl_begin(p.pdl);  // the workspace and y belong to the kernels before
   // y from the strip's sums: a row of W is an output column.
   auto store = [&](int strip, int token, int row, float v) {
-    const int64_t col = int64_t(strip) * C::kRows + row;
-    if (token >= p.m || col >= p.n) return;
+    const int64_t col = int64_t(strip) * rows + row;
+    if (token >= p.m || row >= rows || col >= p.n) return;
     v = epilogue_value(e, row_factor(e, tensor, token), token, col, p.n, v);
     static_cast<__nv_bfloat16*>(p.out)[int64_t(token) * p.n + col] = __float2bfloat16_rn(v);
   };
   // SwiGLU: rows 16q + r (gate) and 16q + 8 + r (up) of the strip give gated column 32·strip + 8q + r.
   auto store_gated = [&](int strip, int token, int q, int r, float gate, float up) {
-    const int64_t col = int64_t(strip) * (C::kRows / 2) + kGatedGroup * q + r;
-    if (token >= p.m || col >= e.gated_cols) return;
+    const int64_t col = int64_t(strip) * (rows / 2) + kGatedGroup * q + r;
+    if (token >= p.m || 2 * kGatedGroup * q >= rows || col >= e.gated_cols) return;
     const float row_f = row_factor(e, tensor, token);
     store_silu_gated(e, p.out, int64_t(token) * e.gated_cols + col, gate * row_f, up * row_f, inv_out_scale);
   };

@@ -47,6 +47,9 @@ std::vector<FfnCase> ffn_cases() {
     large.push_back({1000, 4096, 11008, "swiglu", precision, 1});
   }
   large.push_back({1000, 4096, 11008, "gelu", "bf16", 0});
+  // gate|up of 6016 rows at one token: 126 streaming strips of 48 rows (whole gate and up groups).
+  large.push_back({1, 4096, 3008, "swiglu", "bf16", 1});
+  large.push_back({1, 4096, 3008, "swiglu", "fp8", 1});
   return shape_grid<FfnCase>(small, large);
 }
 

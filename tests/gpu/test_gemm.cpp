@@ -88,8 +88,9 @@ TEST_P(GemmGpu, MatchesTheReference) {
 // alone in its stage; 520: 1040 bytes), bf16 and FP8 with per-tensor scales: short strips, whole, one
 // round. Long strips too few for the SMs are cut across CTAs and summed through the workspace and
 // counters in contiguous ranges (K 4104 bf16, 8208 FP8: 33 stages, 16 strips); strips on half the SMs
-// (N 4000 and 4096, 512 KB) in pairs of pieces summed in the cluster's shared memory. The plan's metrics
-// say it streamed.
+// (N 4000 and 4096, 512 KB) in pairs of pieces summed in the cluster's shared memory; where pairs would
+// take two rounds, narrower whole strips (N 5120 and 5100: 128 strips of 40 rows, the last of 20). The
+// plan's metrics say it streamed.
 struct StreamCase {
   int64_t m, n, k;
   std::string op;  // gemm_bf16 or gemm_fp8 (scaling=tensor)
@@ -108,6 +109,8 @@ std::vector<StreamCase> stream_cases() {
     cases.push_back({m, 999, 8208, "gemm_fp8"});
     cases.push_back({m, 4000, 4096, "gemm_bf16"});
     cases.push_back({m, 4000, 8192, "gemm_fp8"});
+    cases.push_back({m, 5120, 5120, "gemm_bf16"});
+    cases.push_back({m, 5100, 5120, "gemm_fp8"});
   }
   // Strips on half the SMs (in pairs of pieces), and 1 x 8 (one strip, one box).
   cases.push_back({1, 4096, 4096, "gemm_bf16"});
@@ -136,6 +139,7 @@ TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 1032}), DType::bf16), "ours_v3_stream", 3, 5);
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 4104}), DType::bf16), "ours_v3_stream", 3, 5);
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 4000, 4096}), DType::bf16), "ours_v3_stream", 3, 5);
+  expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 5100, 5120}), DType::bf16), "ours_v3_stream", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.

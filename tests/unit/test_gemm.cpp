@@ -44,14 +44,30 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(kernels::gemm::tile_n(p.tile), kernels::gemm::kStreamRows);
   EXPECT_NE(p.describe().find("64 strips of 64 rows x 32 K stages"), std::string::npos) << p.describe();
   EXPECT_NE(p.describe().find("strips in 2 pieces"), std::string::npos) << p.describe();
-  // 7B down (K 11008: 86 stages): 2 pieces of 43. 13B O (80 strips): 160 pieces would take two rounds,
-  // so whole strips, one round on 80 SMs. N = 4000: 63 strips (the last of 32 rows) in 126 pieces.
+  // 7B down (K 11008: 86 stages): 2 pieces of 43. 13B O (80 strips): 160 pieces would take two rounds, so
+  // whole strips of 40 rows, 128 in one round (the SMs' 80 strips of 64 had left 52 idle). SwiGLU's gate|up
+  // rows keep groups of 16 whole: no multiple of 16 from 32 to 48 fills a round there, so 80 strips of 64.
+  // N = 4000: 63 strips (the last of 32 rows) in 126 pieces.
   EXPECT_EQ(plan_gemm(1, 4096, 11008, kH100Sms, Operands::bf16, kStream).stream_chunk, 43);
-  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, kStream).stream_chunk, 40);
-  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 80);
+  const GemmPlan o_13b = plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, kStream);
+  EXPECT_EQ(o_13b.stream_rows, 40);
+  EXPECT_EQ(o_13b.n_tiles, 128);
+  EXPECT_EQ(o_13b.stream_chunk, 40);
+  EXPECT_EQ(o_13b.grid(kH100Sms), 128);
+  EXPECT_NE(o_13b.describe().find("128 strips of 40 rows"), std::string::npos) << o_13b.describe();
+  EXPECT_EQ(plan_gemm(16, 5120, 13824, kH100Sms, Operands::e4m3, kStream).stream_rows, 40);
+  kernels::gemm::PlanOptions gated = kStream;
+  gated.gated = true;
+  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, gated).stream_rows, 64);
+  EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, gated).grid(kH100Sms), 80);
+  EXPECT_EQ(plan_gemm(1, 6000, 4096, kH100Sms, Operands::bf16, gated).stream_rows, 48);  // 125 strips
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 8), 40);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 16), 0);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(1000, kH100Sms, 8), 0);  // 32 strips of 32 rows at most
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(20000, kH100Sms, 8), 0);  // 64-row strips already pass a round
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).stream_chunk, 16);
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).grid(kH100Sms), 126);
-  // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so 64 strips stay whole.
+  // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so whole strips of 32 rows, 128 of them.
   EXPECT_EQ(kernels::gemm::stream_pieces(64, 33, kH100Sms), 0);
   EXPECT_EQ(kernels::gemm::stream_pieces(64, 32, kH100Sms), 2);
   // A chunk within a strip makes pieces of it; whole strips, chunks past a strip and ranges make none.
@@ -60,6 +76,7 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(kernels::gemm::strip_pieces(32, 64), 1);
   EXPECT_EQ(kernels::gemm::strip_pieces(32, 0), 1);
   EXPECT_EQ(plan_gemm(1, 4096, 4224, kH100Sms, Operands::bf16, kStream).stream_chunk, 33);
+  EXPECT_EQ(plan_gemm(1, 4096, 4224, kH100Sms, Operands::bf16, kStream).stream_rows, 32);  // 128 strips
   // 43 strips of 512 KB: 2 pieces fill 86 of 132 SMs (65%), 4 two rounds, and 43 strips are under a third
   // of the SMs: contiguous ranges. 44 strips: whole, one round.
   EXPECT_EQ(plan_gemm(1, 43 * 64, 4096, kH100Sms, Operands::bf16, kStream).stream_chunk, 0);
