@@ -206,32 +206,27 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     plan.splits = ceil_div(tiles, split_tiles);
     plan.split_tokens = split_tiles * kTile;
   }
-  // Otherwise (uniform lengths, or unknown), tma: the split count whose rounds of blocks end first, a block
-  // costing its tiles and kBlockOverheadTiles, the fewer splits unless the more are 5% sooner. The fill of
-  // the last wave alone had cut 13B's 40 heads at batch 1 into 16 splits of one tile, five rounds of
-  // blocks that mostly paid their prologue (kernels/attention/NOTES.md, "40 heads").
-  if (tma && !work_list) {
-    int64_t best_cost = 0;
-    for (int want = 1; want <= tiles; ++want) {
-      const int split_tiles = ceil_div(tiles, want);
-      if (split_tiles > max_split_tiles) continue;
-      const int splits = ceil_div(tiles, split_tiles);
+  // Otherwise (uniform lengths, or unknown), one pass over the split counts. tma: the one whose rounds of
+  // blocks end first, a block costing its tiles and kBlockOverheadTiles, the fewer splits unless the more
+  // are 5% sooner (the fill of the last wave alone had cut 13B's 40 heads at batch 1 into 16 splits of one
+  // tile, five rounds of blocks that mostly paid their prologue: kernels/attention/NOTES.md, "40 heads").
+  // The older variants: the fewest splits that fill the last wave to kMinWaveEfficiency, else the best fill.
+  const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
+  double best_efficiency = -1;
+  int64_t best_cost = 0;
+  for (int want = 1; want <= tiles && !work_list; ++want) {
+    const int split_tiles = ceil_div(tiles, want);
+    if (split_tiles > max_split_tiles) continue;
+    const int splits = ceil_div(tiles, split_tiles);
+    if (tma) {
       const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
       if (best_cost == 0 || 20 * cost < 19 * best_cost) {
         best_cost = cost;
         plan.splits = splits;
         plan.split_tokens = split_tiles * kTile;
       }
+      continue;
     }
-  }
-  // The older variants: the fewest splits that fill the last wave of blocks to kMinWaveEfficiency, else
-  // the best fill.
-  const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
-  double best_efficiency = -1;
-  for (int want = 1; want <= tiles && !work_list && !tma; ++want) {
-    const int split_tiles = ceil_div(tiles, want);
-    if (split_tiles > max_split_tiles) continue;
-    const int splits = ceil_div(tiles, split_tiles);
     const double waves = double(groups) * splits / double(slots);
     const double efficiency = waves / std::ceil(waves);
     if (efficiency > best_efficiency) {
