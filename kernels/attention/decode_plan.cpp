@@ -184,58 +184,72 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
                                 : std::accumulate(shape.lengths.begin(), shape.lengths.end(), int64_t(0));
   const bool near_uniform = total_len <= 0 || total_len * 10 >= uniform_len * 9;
   const bool few_groups = 2 * groups <= sm_count;
+  const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
+  // A split must span at most kMaxSplitPages pages whatever its alignment to them.
+  const int max_split_pages = tma ? kMaxSplitPagesTma : v2 ? kMaxSplitPagesV2 : kMaxSplitPages;
+  const int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
+  const bool work_list = tma && !near_uniform && !shape.lengths.empty();
+  // Uniform lengths (or unknown): the split count over `slots` block slots, as {splits, split tiles}. tma:
+  // the one whose rounds of blocks end first, a block costing its tiles and kBlockOverheadTiles, the fewer
+  // splits unless the more are 5% sooner (the fill of the last wave alone had cut 13B's 40 heads at batch 1
+  // into 16 splits of one tile, five rounds of blocks that mostly paid their prologue: kernels/attention/
+  // NOTES.md, "40 heads"). The older variants: the fewest splits that fill the last wave to
+  // kMinWaveEfficiency, else the best fill.
+  auto uniform_splits = [&](int slots) {
+    const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
+    std::pair<int, int> best{0, 0};
+    double best_efficiency = -1;
+    int64_t best_cost = 0;
+    for (int want = 1; want <= tiles; ++want) {
+      const int split_tiles = ceil_div(tiles, want);
+      if (split_tiles > max_split_tiles) continue;
+      const int splits = ceil_div(tiles, split_tiles);
+      if (tma) {
+        const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
+        if (best_cost == 0 || 20 * cost < 19 * best_cost) {
+          best_cost = cost;
+          best = {splits, split_tiles};
+        }
+        continue;
+      }
+      const double waves = double(groups) * splits / double(slots);
+      const double efficiency = waves / std::ceil(waves);
+      if (efficiency > best_efficiency) {
+        best_efficiency = efficiency;
+        best = {splits, split_tiles};
+      }
+      if (efficiency >= min_efficiency) break;
+      if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
+    }
+    return best;
+  };
   if (tma) {
     // 1 block per SM with 6 stages wins when the groups fit one wave of it and their lengths are
     // about equal (it then needs half the splits), and with ragged lengths when the groups fill at
     // most half the SMs (with short splits); 2 blocks per SM win with many groups, several row
-    // blocks or ragged lengths (measured on the H100: kernels/attention/NOTES.md).
-    const bool deep = near_uniform ? groups <= sm_count : few_groups;
+    // blocks or ragged lengths (measured on the H100: kernels/attention/NOTES.md). Uniform groups
+    // keep the deep ring only where its plan fills one round of the SMs to kMinDeepRoundFill: 13B's
+    // 80 groups at batch 2 (one split on 80 SMs, or three in two rounds) ran 12-13% slower on it than
+    // on the 3-stage ring's one round of two blocks an SM (NOTES.md, "Batch 2 at 40 heads").
+    bool deep = near_uniform ? groups <= sm_count : few_groups;
+    if (deep && near_uniform && !work_list) {
+      const int64_t blocks = groups * uniform_splits(sm_count).first;
+      deep = blocks <= sm_count && blocks >= kMinDeepRoundFill * sm_count;
+    }
     const bool row_groups = plan.rows_per_block > kMmaRows;  // only the deep ring's 8 warps hold them
     plan.tma_stages = row_groups || (plan.row_blocks == 1 && deep) ? kStagesTmaDeep : kStagesTma;
   }
   plan.blocks_per_sm = kernel_blocks_per_sm(plan, kv.dtype);
 
   const int slots = sm_count * std::max(plan.blocks_per_sm, 1);
-  const int tiles = ceil_div(std::max(shape.max_len, 1), kTile);
-  // A split must span at most kMaxSplitPages pages whatever its alignment to them.
-  const int max_split_pages = tma ? kMaxSplitPagesTma : v2 ? kMaxSplitPagesV2 : kMaxSplitPages;
-  const int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
-  const bool work_list = tma && !near_uniform && !shape.lengths.empty();
   if (work_list) {
     const int split_tiles = ragged_split_tiles(shape.lengths, kv.kv_heads * plan.row_blocks, slots, max_split_tiles);
     plan.splits = ceil_div(tiles, split_tiles);
     plan.split_tokens = split_tiles * kTile;
-  }
-  // Otherwise (uniform lengths, or unknown), one pass over the split counts. tma: the one whose rounds of
-  // blocks end first, a block costing its tiles and kBlockOverheadTiles, the fewer splits unless the more
-  // are 5% sooner (the fill of the last wave alone had cut 13B's 40 heads at batch 1 into 16 splits of one
-  // tile, five rounds of blocks that mostly paid their prologue: kernels/attention/NOTES.md, "40 heads").
-  // The older variants: the fewest splits that fill the last wave to kMinWaveEfficiency, else the best fill.
-  const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
-  double best_efficiency = -1;
-  int64_t best_cost = 0;
-  for (int want = 1; want <= tiles && !work_list; ++want) {
-    const int split_tiles = ceil_div(tiles, want);
-    if (split_tiles > max_split_tiles) continue;
-    const int splits = ceil_div(tiles, split_tiles);
-    if (tma) {
-      const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
-      if (best_cost == 0 || 20 * cost < 19 * best_cost) {
-        best_cost = cost;
-        plan.splits = splits;
-        plan.split_tokens = split_tiles * kTile;
-      }
-      continue;
-    }
-    const double waves = double(groups) * splits / double(slots);
-    const double efficiency = waves / std::ceil(waves);
-    if (efficiency > best_efficiency) {
-      best_efficiency = efficiency;
-      plan.splits = splits;
-      plan.split_tokens = split_tiles * kTile;
-    }
-    if (efficiency >= min_efficiency) break;
-    if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
+  } else {
+    const auto [splits, split_tiles] = uniform_splits(slots);
+    plan.splits = splits;
+    plan.split_tokens = split_tiles * kTile;
   }
   if (plan.splits < 1)
     throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));

@@ -45,6 +45,8 @@ constexpr int kTailPieces = 4;
 // the groups fit one wave).
 constexpr int kStagesTma = 3;
 constexpr int kStagesTmaDeep = 6;
+// Uniform groups take the deep ring where its plan's blocks fill at least this share of one round.
+constexpr double kMinDeepRoundFill = 0.9;
 // W consumer warps, then the producer warp.
 constexpr int tma_threads(int W) { return 32 * W + 32; }
 // The deep ring runs at 1 block per SM, where 4 consumer warps would leave each scheduler one warp

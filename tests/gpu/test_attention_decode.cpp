@@ -283,6 +283,23 @@ TEST_F(GpuTest, DecodeUniformPlansWeighABlocksPrologue) {
   EXPECT_LE(40 * plan.splits, slots) << plan.describe();
 }
 
+// Uniform groups keep the deep ring (1 block an SM) where its plan fills one round of the SMs: 13B at
+// batch 1 (40 heads, 3 splits: 120 blocks) and 7B at batch 4 (128 groups, one split); 13B at batch 2 (80
+// groups: one split on 80 SMs, or three in two rounds) goes to the 3-stage ring's one round of two an SM.
+TEST_F(GpuTest, DecodeDeepRingOnlyWhereItFillsARound) {
+  if (current_device_sm_count() != 132) GTEST_SKIP() << "the plans below are an H100/H200's (132 SMs)";
+  for (auto [batch, heads, stages] : {std::tuple{1, 40, kernels::decode::kStagesTmaDeep},
+                                      {4, 32, kernels::decode::kStagesTmaDeep}, {2, 40, kernels::decode::kStagesTma}}) {
+    const kernels::PagedKv kv = planned_cache(batch, heads);
+    for (int context : {1024, 4096}) {
+      const kernels::DecodeShape shape{heads, 1, context, int64_t(batch) * context};
+      const auto plan = kernels::plan_decode(kv, shape, kernels::DecodeVariant::tma);
+      EXPECT_EQ(plan.tma_stages, stages) << batch << "x" << context << ", " << heads << " heads: " << plan.describe();
+      EXPECT_LE(int64_t(batch) * heads * plan.splits, int64_t(132) * plan.blocks_per_sm) << plan.describe();
+    }
+  }
+}
+
 // GQA rows past 16 go to one block's row groups on the deep ring (its 8 warps), 64 rows a block at
 // most: 70B's q_len 2 / 4 / 8 / 16 (16 / 32 / 64 / 128 rows) take 1 / 1 / 1 / 2 row blocks.
 TEST_F(GpuTest, DecodeGqaRowsShareABlocksTiles) {
