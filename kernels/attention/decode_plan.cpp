@@ -189,40 +189,12 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
   const int max_split_pages = tma ? kMaxSplitPagesTma : v2 ? kMaxSplitPagesV2 : kMaxSplitPages;
   const int max_split_tiles = std::max(1, (max_split_pages - 1) * kv.page_size / kTile);
   const bool work_list = tma && !near_uniform && !shape.lengths.empty();
-  // Uniform lengths (or unknown): the split count over `slots` block slots, as {splits, split tiles}. tma:
-  // the one whose rounds of blocks end first, a block costing its tiles and kBlockOverheadTiles, the fewer
-  // splits unless the more are 5% sooner (the fill of the last wave alone had cut 13B's 40 heads at batch 1
-  // into 16 splits of one tile, five rounds of blocks that mostly paid their prologue: kernels/attention/
-  // NOTES.md, "40 heads"). The older variants: the fewest splits that fill the last wave to
-  // kMinWaveEfficiency, else the best fill.
-  auto uniform_splits = [&](int slots) {
-    const double min_efficiency = v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency;
-    std::pair<int, int> best{0, 0};
-    double best_efficiency = -1;
-    int64_t best_cost = 0;
-    for (int want = 1; want <= tiles; ++want) {
-      const int split_tiles = ceil_div(tiles, want);
-      if (split_tiles > max_split_tiles) continue;
-      const int splits = ceil_div(tiles, split_tiles);
-      if (tma) {
-        const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
-        if (best_cost == 0 || 20 * cost < 19 * best_cost) {
-          best_cost = cost;
-          best = {splits, split_tiles};
-        }
-        continue;
-      }
-      const double waves = double(groups) * splits / double(slots);
-      const double efficiency = waves / std::ceil(waves);
-      if (efficiency > best_efficiency) {
-        best_efficiency = efficiency;
-        best = {splits, split_tiles};
-      }
-      if (efficiency >= min_efficiency) break;
-      if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
-    }
-    return best;
-  };
+  // Uniform lengths (or unknown): the split count (the tma block cost, whose rule stopped the fill of the last
+  // wave alone from cutting 13B's 40 heads at batch 1 into 16 splits of one tile, five rounds of blocks that
+  // mostly paid their prologue: kernels/attention/NOTES.md, "40 heads").
+  const SplitRule rule = tma ? SplitRule::block_cost : v2 ? SplitRule::wave_fill_v2 : SplitRule::wave_fill;
+  auto splits_over = [&](int slots) { return uniform_splits(tiles, max_split_tiles, groups, slots, rule); };
+  UniformSplits deep_splits;  // the deep ring's, where it was weighed
   if (tma) {
     // 1 block per SM with 6 stages wins when the groups fit one wave of it and their lengths are
     // about equal (it then needs half the splits), and with ragged lengths when the groups fill at
@@ -233,7 +205,8 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     // on the 3-stage ring's one round of two blocks an SM (NOTES.md, "Batch 2 at 40 heads").
     bool deep = near_uniform ? groups <= sm_count : few_groups;
     if (deep && near_uniform && !work_list) {
-      const int64_t blocks = groups * uniform_splits(sm_count).first;
+      deep_splits = splits_over(sm_count);
+      const int64_t blocks = groups * deep_splits.splits;
       deep = blocks <= sm_count && blocks >= kMinDeepRoundFill * sm_count;
     }
     const bool row_groups = plan.rows_per_block > kMmaRows;  // only the deep ring's 8 warps hold them
@@ -247,9 +220,10 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     plan.splits = ceil_div(tiles, split_tiles);
     plan.split_tokens = split_tiles * kTile;
   } else {
-    const auto [splits, split_tiles] = uniform_splits(slots);
-    plan.splits = splits;
-    plan.split_tokens = split_tiles * kTile;
+    // The deep ring's split count was weighed over these slots already (1 block an SM).
+    const UniformSplits u = deep_splits.splits && slots == sm_count ? deep_splits : splits_over(slots);
+    plan.splits = u.splits;
+    plan.split_tokens = u.split_tiles * kTile;
   }
   if (plan.splits < 1)
     throw Unsupported("decode attention: no split count fits max_len " + std::to_string(shape.max_len));
@@ -275,5 +249,41 @@ void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStrea
     CUDA_CHECK(cudaMemcpyAsync(workspace, plan.work.data(), plan.work.size() * sizeof(DecodeWorkItem),
                                cudaMemcpyHostToDevice, stream));
 }
+
+namespace decode {
+
+UniformSplits uniform_splits(int tiles, int max_split_tiles, int64_t groups, int slots, SplitRule rule) {
+  UniformSplits best;
+  double best_efficiency = -1;
+  int64_t best_cost = 0;
+  // Each split length once: the split counts that give one length give one plan, so the walk jumps to the
+  // next count that shortens the split (O(sqrt(tiles)) steps, not tiles: 2048 at 32k tokens).
+  for (int want = 1; want <= tiles;) {
+    const int split_tiles = ceil_div(tiles, want);
+    want = split_tiles > 1 ? ceil_div(tiles, split_tiles - 1) : tiles + 1;
+    if (split_tiles > max_split_tiles) continue;
+    const int splits = ceil_div(tiles, split_tiles);
+    if (rule == SplitRule::block_cost) {
+      const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
+      if (best_cost == 0 || 20 * cost < 19 * best_cost) {
+        best_cost = cost;
+        best = {splits, split_tiles};
+      }
+      continue;
+    }
+    const bool v2 = rule == SplitRule::wave_fill_v2;
+    const double waves = double(groups) * splits / double(slots);
+    const double efficiency = waves / std::ceil(waves);
+    if (efficiency > best_efficiency) {
+      best_efficiency = efficiency;
+      best = {splits, split_tiles};
+    }
+    if (efficiency >= (v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency)) break;
+    if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
+  }
+  return best;
+}
+
+}  // namespace decode
 
 }  // namespace topt::kernels

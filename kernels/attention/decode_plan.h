@@ -82,6 +82,17 @@ struct WorkspaceLayout {
   }
 };
 
+// How a uniform batch's split count is chosen: the tma variant's block cost (the count whose rounds of
+// blocks end first, a block costing its tiles and kBlockOverheadTiles, the fewer splits unless the more are
+// 5% sooner), or the older variants' fill of the last wave (the fewest splits that fill it to
+// kMinWaveEfficiency, v2: kMinWaveEfficiencyV2 and no search past 8 waves; else the best fill).
+enum class SplitRule { block_cost, wave_fill, wave_fill_v2 };
+struct UniformSplits {
+  int splits = 0, split_tiles = 0;  // 0 where no split of at most max_split_tiles covers the tiles
+};
+// `groups` groups of `tiles` tiles each over `slots` block slots (decode_plan.cpp).
+UniformSplits uniform_splits(int tiles, int max_split_tiles, int64_t groups, int slots, SplitRule rule);
+
 // The planned kernel's blocks per SM at its shared memory, which this also sets as the kernel's
 // limit (its launches need it). decode_attention.cu, beside the kernels.
 int kernel_blocks_per_sm(const DecodePlan& plan, DType dtype);
