@@ -252,36 +252,36 @@ void prepare_decode_workspace(const DecodePlan& plan, void* workspace, cudaStrea
 
 namespace decode {
 
+bool UniformSplitChoice::weigh(int splits, int split_tiles) {
+  if (rule_ == SplitRule::block_cost) {
+    const int64_t cost = int64_t(ceil_div(groups_ * splits, slots_)) * (split_tiles + kBlockOverheadTiles);
+    if (best_cost_ == 0 || 20 * cost < 19 * best_cost_) {
+      best_cost_ = cost;
+      best_ = {splits, split_tiles};
+    }
+    return true;
+  }
+  const bool v2 = rule_ == SplitRule::wave_fill_v2;
+  const double waves = double(groups_) * splits / double(slots_);
+  const double efficiency = waves / std::ceil(waves);
+  if (efficiency > best_efficiency_) {
+    best_efficiency_ = efficiency;
+    best_ = {splits, split_tiles};
+  }
+  if (efficiency >= (v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency)) return false;
+  return !(v2 && waves >= 8);  // many waves: the last one's idle share is small already
+}
+
 UniformSplits uniform_splits(int tiles, int max_split_tiles, int64_t groups, int slots, SplitRule rule) {
-  UniformSplits best;
-  double best_efficiency = -1;
-  int64_t best_cost = 0;
+  UniformSplitChoice choice(groups, slots, rule);
   // Each split length once: the split counts that give one length give one plan, so the walk jumps to the
   // next count that shortens the split (O(sqrt(tiles)) steps, not tiles: 2048 at 32k tokens).
   for (int want = 1; want <= tiles;) {
     const int split_tiles = ceil_div(tiles, want);
     want = split_tiles > 1 ? ceil_div(tiles, split_tiles - 1) : tiles + 1;
-    if (split_tiles > max_split_tiles) continue;
-    const int splits = ceil_div(tiles, split_tiles);
-    if (rule == SplitRule::block_cost) {
-      const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + kBlockOverheadTiles);
-      if (best_cost == 0 || 20 * cost < 19 * best_cost) {
-        best_cost = cost;
-        best = {splits, split_tiles};
-      }
-      continue;
-    }
-    const bool v2 = rule == SplitRule::wave_fill_v2;
-    const double waves = double(groups) * splits / double(slots);
-    const double efficiency = waves / std::ceil(waves);
-    if (efficiency > best_efficiency) {
-      best_efficiency = efficiency;
-      best = {splits, split_tiles};
-    }
-    if (efficiency >= (v2 ? kMinWaveEfficiencyV2 : kMinWaveEfficiency)) break;
-    if (v2 && waves >= 8) break;  // many waves: the last one's idle share is small already
+    if (split_tiles <= max_split_tiles && !choice.weigh(ceil_div(tiles, split_tiles), split_tiles)) break;
   }
-  return best;
+  return choice.best();
 }
 
 }  // namespace decode

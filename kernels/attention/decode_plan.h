@@ -90,7 +90,24 @@ enum class SplitRule { block_cost, wave_fill, wave_fill_v2 };
 struct UniformSplits {
   int splits = 0, split_tiles = 0;  // 0 where no split of at most max_split_tiles covers the tiles
 };
-// `groups` groups of `tiles` tiles each over `slots` block slots (decode_plan.cpp).
+// The rule over candidate split counts, weighed in increasing order, for `groups` groups over `slots`
+// block slots.
+class UniformSplitChoice {
+ public:
+  UniformSplitChoice(int64_t groups, int slots, SplitRule rule) : groups_(groups), slots_(slots), rule_(rule) {}
+  // Weighs `splits` splits of `split_tiles` tiles; false once the rule has stopped looking.
+  bool weigh(int splits, int split_tiles);
+  UniformSplits best() const { return best_; }
+
+ private:
+  int64_t groups_;
+  int slots_;
+  SplitRule rule_;
+  UniformSplits best_;
+  double best_efficiency_ = -1;
+  int64_t best_cost_ = 0;
+};
+// The choice over every split length of `tiles` tiles up to max_split_tiles, each length once.
 UniformSplits uniform_splits(int tiles, int max_split_tiles, int64_t groups, int slots, SplitRule rule);
 
 // The planned kernel's blocks per SM at its shared memory, which this also sets as the kernel's

@@ -3,7 +3,6 @@
 // the sweep's models and batches, one and two blocks an SM, and split limits that bind.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "kernels/attention/decode_plan.h"
@@ -14,34 +13,14 @@ using topt::kernels::decode::ceil_div;
 using topt::kernels::decode::SplitRule;
 using topt::kernels::decode::UniformSplits;
 
+// The walk the planner had: every split count in turn, a length weighed as often as counts give it.
 UniformSplits every_split_count(int tiles, int max_split_tiles, int64_t groups, int slots, SplitRule rule) {
-  namespace d = topt::kernels::decode;
-  UniformSplits best;
-  double best_efficiency = -1;
-  int64_t best_cost = 0;
+  topt::kernels::decode::UniformSplitChoice choice(groups, slots, rule);
   for (int want = 1; want <= tiles; ++want) {
     const int split_tiles = ceil_div(tiles, want);
-    if (split_tiles > max_split_tiles) continue;
-    const int splits = ceil_div(tiles, split_tiles);
-    if (rule == SplitRule::block_cost) {
-      const int64_t cost = int64_t(ceil_div(groups * splits, slots)) * (split_tiles + d::kBlockOverheadTiles);
-      if (best_cost == 0 || 20 * cost < 19 * best_cost) {
-        best_cost = cost;
-        best = {splits, split_tiles};
-      }
-      continue;
-    }
-    const bool v2 = rule == SplitRule::wave_fill_v2;
-    const double waves = double(groups) * splits / double(slots);
-    const double efficiency = waves / std::ceil(waves);
-    if (efficiency > best_efficiency) {
-      best_efficiency = efficiency;
-      best = {splits, split_tiles};
-    }
-    if (efficiency >= (v2 ? d::kMinWaveEfficiencyV2 : d::kMinWaveEfficiency)) break;
-    if (v2 && waves >= 8) break;
+    if (split_tiles <= max_split_tiles && !choice.weigh(ceil_div(tiles, split_tiles), split_tiles)) break;
   }
-  return best;
+  return choice.best();
 }
 
 TEST(DecodePlan, UniformSplitsWalkEachSplitLengthOnce) {
