@@ -219,12 +219,13 @@ std::vector<std::string> SocketProcessGroup::gather_at_root(const std::string& m
 std::vector<std::string> SocketProcessGroup::gather_at_peer(const std::string& mine) {
   const int fd = peer_fds_[0];
   const std::string sent = frame(mine);
-  if (!write_all(fd, sent.data(), sent.size())) throw RankFailure(0, "rank 0 exited or closed its connection");
-  // Rank 0 may itself be up to a timeout late, then wait a timeout for the slowest rank before it
-  // answers: only past both has rank 0 failed.
-  const auto deadline = Clock::now() + 2 * timeout_ + std::chrono::seconds(5);
+  // Rank 0 may have told this rank which rank failed and closed its end before this rank wrote: the write
+  // then fails, but the message is still here to read, at once. Otherwise rank 0 may itself be up to a
+  // timeout late, then wait a timeout for the slowest rank before it answers: only past both has it failed.
+  const bool sent_ok = write_all(fd, sent.data(), sent.size());
+  const auto deadline = sent_ok ? Clock::now() + 2 * timeout_ + std::chrono::seconds(5) : Clock::now();
   auto check = [&](Io io) {
-    if (io == Io::closed) throw RankFailure(0, "rank 0 exited or closed its connection");
+    if (io == Io::closed || (io != Io::ok && !sent_ok)) throw RankFailure(0, "rank 0 exited or closed its connection");
     if (io == Io::timed_out)
       throw RankFailure(0, fmt::format("rank 0 did not answer within {}", seconds_text(2 * timeout_)));
   };
@@ -237,6 +238,7 @@ std::vector<std::string> SocketProcessGroup::gather_at_peer(const std::string& m
     check(read_frame(fd, what, deadline));
     throw RankFailure(failed, what);
   }
+  if (!sent_ok) throw RankFailure(0, "rank 0 exited or closed its connection");
   if (kind != kGathered) throw RankFailure(0, "rank 0 sent a message this rank cannot read");
   std::vector<std::string> pieces(size_);
   for (auto& piece : pieces) check(read_frame(fd, piece, deadline));
