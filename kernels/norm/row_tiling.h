@@ -61,7 +61,7 @@ int cluster_slice_vectors(int64_t rows, int64_t n_vec, int vpt);
 // How the blocks that share a row exchange their partial statistics.
 enum class RowExchange {
   cluster,  // one thread-block cluster per row, through distributed shared memory
-  grid,     // any number of blocks per row, through global memory (a slot a block, polled); the
+  grid,     // any number of blocks per row, through global memory and a per-row arrival counter; the
             // launch is cooperative, so that every block of a row runs at once and none waits forever
 };
 

@@ -160,75 +160,43 @@ __global__ void __launch_bounds__(kMaxRowThreads) softmax_staged_kernel(const So
 }
 
 // Where the blocks of rows split over a cooperative grid meet (RowExchange::grid): global memory,
-// zeroed once when allocated, then used by one stream and one (rows, splits) at a time. A slot holds a
-// block's (max, sum) as one 64-bit word, 0 while unposted (no posted pair is all zero bits: a finite max
-// comes with a sum of at least 1, and a block without one posts a max of −inf). Launches alternate
-// between two sets of slots by the parity of the row's launch count.
+// zeroed once when allocated, then used by one stream and one (rows, splits) at a time.
 struct GridRowScratch {
-  unsigned long long* posted;  // [2, rows, splits]
-  unsigned* launches;          // [rows]: launches of the row completed
+  float2* posted;               // [rows, splits]: each block's (max, sum)
+  unsigned long long* arrived;  // [rows]: blocks arrived at the row, over every launch so far
 };
 
 // Global memory a GridRowScratch takes for `rows` rows of `splits` blocks.
 inline size_t grid_row_scratch_bytes(int64_t rows, int64_t splits) {
-  return size_t(rows) * (2 * size_t(splits) * sizeof(unsigned long long) + sizeof(unsigned));
+  return size_t(rows) * (size_t(splits) * sizeof(float2) + sizeof(unsigned long long));
 }
 inline GridRowScratch grid_row_scratch(void* base, int64_t rows, int64_t splits) {
-  auto* posted = static_cast<unsigned long long*>(base);
-  return {posted, reinterpret_cast<unsigned*>(posted + 2 * rows * splits)};
+  auto* arrived = static_cast<unsigned long long*>(base);
+  return {reinterpret_cast<float2*>(arrived + rows), arrived};
 }
 
-// The row's launch count, read by thread 0 at the kernel's start (its L2 round trip under the row's
-// loads) and passed to grid_row_allreduce.
-__device__ __forceinline__ unsigned grid_row_launches(GridRowScratch scratch, int row) {
-  return cuda::atomic_ref<unsigned, cuda::thread_scope_device>(scratch.launches[row]).load(cuda::memory_order_relaxed);
-}
-
-// merge over the `splits` blocks of one row of a cooperative grid, returned to every thread, in one L2
-// round trip past the last block's post (the ticket counter it replaces took three: a release, the
-// counter, then the posted pairs). Thread 0 posts the block's pair into its slot of this launch's set;
-// warp 0 reads the row's slots until none is empty, and merges them. The payload and its "posted" are
-// one word, so no fence orders them. Then thread 0 empties its slot of the other set (the previous launch,
-// which has completed, used it; the next uses it), and the row's first block counts the launch: every
-// block of the row read the count before it posted, and the first block counts only after seeing every
-// post. `launches` is thread 0's grid_row_launches.
+// merge over the `splits` blocks of one row of a cooperative grid, returned to every thread: thread 0
+// posts the block's value and takes a ticket from the row's counter (release), then waits until the
+// counter reaches the end of its launch's round, the next multiple of `splits` (acquire); each warp
+// then reads the posted values from L2. The counter only grows, so it needs no reset between
+// launches: launches on one stream arrive in whole rounds.
 __device__ __forceinline__ MaxSum grid_row_allreduce(MaxSum block_value, MergeMaxSum merge, GridRowScratch scratch,
-                                                     int row, int part, int splits, unsigned launches) {
-  using Word = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
-  __shared__ MaxSum row_total;
-  if (threadIdx.x < 32) {
-    launches = __shfl_sync(0xffffffffu, launches, 0);
-    // A set is the grid's rows · splits slots (one a block).
-    unsigned long long* set = scratch.posted + (launches & 1) * gridDim.x + int64_t(row) * splits;
-    unsigned long long* other = scratch.posted + (~launches & 1) * gridDim.x + int64_t(row) * splits;
-    if (threadIdx.x == 0) {
-      const unsigned long long word =
-          (unsigned long long)(__float_as_uint(block_value.sum)) << 32 | __float_as_uint(block_value.max);
-      Word(set[part]).store(word, cuda::memory_order_relaxed);
-    }
-    MaxSum v{-INFINITY, 0.f};
-    bool all_posted = false;
-    while (!all_posted) {
-      v = {-INFINITY, 0.f};
-      bool mine_posted = true;
-      for (int i = int(threadIdx.x); i < splits; i += 32) {
-        const unsigned long long w = Word(set[i]).load(cuda::memory_order_relaxed);
-        mine_posted &= w != 0;
-        v = merge(v, {__uint_as_float(unsigned(w)), __uint_as_float(unsigned(w >> 32))});
-      }
-      all_posted = __all_sync(0xffffffffu, mine_posted);
-    }
-    v = warp_allreduce(v, merge);
-    if (threadIdx.x == 0) {
-      row_total = v;
-      Word(other[part]).store(0, cuda::memory_order_relaxed);
-      if (part == 0)
-        cuda::atomic_ref<unsigned, cuda::thread_scope_device>(scratch.launches[row]).store(launches + 1,
-                                                                                        cuda::memory_order_relaxed);
-    }
+                                                     int row, int part, int splits) {
+  float2* posted = scratch.posted + size_t(row) * splits;
+  if (threadIdx.x == 0) {
+    __stcg(&posted[part], make_float2(block_value.max, block_value.sum));
+    cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> arrived(scratch.arrived[row]);
+    const unsigned long long ticket = arrived.fetch_add(1, cuda::memory_order_release);
+    const unsigned long long round_end = (ticket / unsigned(splits) + 1) * unsigned(splits);
+    while (arrived.load(cuda::memory_order_acquire) < round_end) __nanosleep(32);
   }
   __syncthreads();
-  return row_total;
+  MaxSum v{-INFINITY, 0.f};
+  for (int i = threadIdx.x % 32; i < splits; i += 32) {
+    const float2 p = __ldcg(&posted[i]);
+    v = merge(v, {p.x, p.y});
+  }
+  return warp_allreduce(v, merge);
 }
 
 // A row of any width as 16-byte vectors over its aligned body and scalars at its edges: `head`
@@ -282,7 +250,7 @@ __device__ __forceinline__ SplitSlice<T> split_slice(const SoftmaxArgs<T>& a, in
 // edges taken as scalars by the first threads of its last block; x and y equally aligned). Each block
 // reduces its slice to an online (max, sum) pair; the pairs merge through distributed shared memory
 // (kExchange cluster: one cluster per row, one cluster barrier) or global memory (grid: a cooperative
-// launch, a polled slot a block); then each block writes its slice. One read and one write of the row.
+// launch, one counter per row); then each block writes its slice. One read and one write of the row.
 // At ≤ 4 vectors per thread each thread keeps its exp2((x − its max)·s) in fp32 registers (32 at 4)
 // and writes them times one per-thread factor: one ex2 per element instead of two, which halves the
 // time a few SMs spend on the special-function unit (16 ex2 per clock per SM) when rows are few.
@@ -298,9 +266,6 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const int part = sl.part, n_local = sl.n_local;
   const size_t slice = sl.first;
 
-  // Issued before the row's loads, so that its L2 round trip runs under theirs.
-  const unsigned launches =
-      kExchange == RowExchange::grid && threadIdx.x == 0 ? grid_row_launches(scratch, sl.row) : 0;
   Frag x;
   x.load(x_row + slice, n_local, -INFINITY);
   const int edge_col = part == splits - 1 ? sl.body.edge_col(threadIdx.x, a.cols) : -1;
@@ -327,7 +292,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   const MaxSum block_total = block_allreduce(MaxSum{thread_max, sum}, merge, none);
   MaxSum total;
   if constexpr (kExchange == RowExchange::cluster) total = cluster_allreduce(block_total, merge, none);
-  else total = grid_row_allreduce(block_total, merge, scratch, sl.row, part, splits, launches);
+  else total = grid_row_allreduce(block_total, merge, scratch, sl.row, part, splits);
   const float max = finite_or_zero(total.max), inv_sum = inverse_or_zero(total.sum);
   // Kept: exp2((x − max)·s) / sum = exp2((x − shift)·s) · factor, 0 where this thread saw no finite
   // input.

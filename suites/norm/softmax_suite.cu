@@ -293,7 +293,7 @@ void register_softmax(Registry& registry) {
                       }});
   op.impls.push_back({"ours_v3", Role::ours,
                       "ours; rows of any width too few to fill the SMs over one block per SM (a cooperative grid, "
-                      "the blocks' (max, sum) pairs met in global memory, a polled slot a block)",
+                      "the blocks' (max, sum) pairs met through global memory and a per-row counter)",
                       unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
                                             kernels::RowSplit::grid_when_rows_are_few, s);

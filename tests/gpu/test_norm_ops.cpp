@@ -166,14 +166,6 @@ TEST_P(NormOpsGpu, MatchesTheReference) {
   }
 }
 
-// The grid exchange alternates between two sets of slots by the parity of each row's launch count, and
-// each launch empties the set the one before it used: five launches of one instance (both parities, twice),
-// each on poisoned outputs and checked, on one row over 132 blocks, on four rows, and on rows of a block each.
-TEST_F(GpuTest, SoftmaxGridExchangeHoldsOverRepeatedLaunches) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 128256}, {4, 65544}, {3, 512}})
-    expect_repeated_launches_pass(make_case("softmax", softmax_params(rows, cols), DType::bf16), "ours_v3", 5, 7);
-}
-
 // The kernels' fp32 GPU reference and the CPU double one agree, so that large cases are checked
 // against the same function as small ones.
 TEST_F(GpuTest, NormOpsGpuReferenceAgreesWithCpuReference) {
