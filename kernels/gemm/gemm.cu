@@ -280,7 +280,7 @@ GemmLaunch prepare_gemm(const GemmArgs& args, const GemmPlan& plan, void* worksp
   const bool narrow = streams && plan.stream_rows != kStreamRows;
   const bool gated = args.epilogue.activation == Activation::silu_gated;
   const int rows = plan.stream_rows;
-  if (narrow && (rows < 8 || rows > kStreamRows || rows % (gated ? 2 * kGatedGroup : 8) != 0 ||
+  if (narrow && (rows < 8 || rows > kStreamRows || rows % stream_rows_multiple(gated) != 0 ||
                  plan.n_tiles != (args.n + rows - 1) / rows || plan.stream_chunk != plan.splits))
     throw std::invalid_argument("gemm: a streaming plan's strips of " + std::to_string(rows) +
                                 " rows: whole strips of 8 to " + std::to_string(kStreamRows) +

@@ -26,6 +26,9 @@ enum class Activation { none, silu, gelu_tanh, silu_gated };
 // accumulator fragment of a thread (two columns in each group of 8) holds a gate column and its up
 // column in the same registers: no shuffle, no shared memory (kernels/ffn/NOTES.md).
 constexpr int kGatedGroup = 8;
+// A streaming strip's rows come in multiples of this: whole gate|up group pairs for SwiGLU, else a wgmma
+// fragment's 8 rows.
+constexpr int stream_rows_multiple(bool gated) { return gated ? 2 * kGatedGroup : 8; }
 
 // What happens to an fp32 accumulator `acc` of element (r, c) on its way out:
 //   y = act(acc · alpha · a_scale · b_scale · row_scale[r] · col_scale[c] + bias[c]) + residual[r, c]

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/gemm/gemm.h"  // kGatedGroup
+#include "kernels/gemm/gemm.h"  // stream_rows_multiple
 
 namespace topt::kernels::gemm {
 
@@ -113,7 +113,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
       plan.stream_chunk = plan.splits;
     else if (const int pieces = stream_pieces(plan.n_tiles, plan.splits, sms); pieces > 0)
       plan.stream_chunk = plan.splits / pieces;
-    else if (const int rows = narrow_stream_rows(n, sms, options.gated ? 2 * kGatedGroup : 8); rows > 0) {
+    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated)); rows > 0) {
       plan.stream_rows = rows;
       plan.n_tiles = ceil_div(n, rows);
       plan.stream_chunk = plan.splits;
