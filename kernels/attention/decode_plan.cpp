@@ -204,7 +204,7 @@ DecodePlan plan_decode(const PagedKv& kv, const DecodeShape& shape, DecodeVarian
     // 80 groups at batch 2 (one split on 80 SMs, or three in two rounds) ran 12-13% slower on it than
     // on the 3-stage ring's one round of two blocks an SM (NOTES.md, "Batch 2 at 40 heads").
     bool deep = near_uniform ? groups <= sm_count : few_groups;
-    if (deep && near_uniform && !work_list) {
+    if (deep && near_uniform) {  // near-uniform lengths take no work list
       deep_splits = splits_over(sm_count);
       const int64_t blocks = groups * deep_splits.splits;
       deep = blocks <= sm_count && blocks >= kMinDeepRoundFill * sm_count;
