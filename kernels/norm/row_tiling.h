@@ -36,7 +36,7 @@ enum class RowSplit {
   block,                      // one block per row (softmax: rows wider than a block holds over a cluster)
   cluster_when_rows_are_few,  // decode rows: a row over a cluster of blocks when the rows alone leave SMs idle
   // softmax only, over a cooperative grid of one block per SM where the rows alone leave SMs idle:
-  grid_when_wide_rows_are_few,  // rows wider than one block holds (else as `block`)
+  grid_when_wide_rows_are_few,  // rows wider than one block holds (else as cluster_when_rows_are_few)
   grid_when_rows_are_few,       // rows of any width
   // softmax only, every row over a cluster of up to the device's largest (16 on sm_90) sized by
   // choose_vocab_row_tiling: small slices over many SMs when rows are few, ≤ 64 KB slices of

@@ -48,6 +48,7 @@ void softmax_forward(const void* x, void* y, int64_t rows, int64_t cols, DType d
 // - cluster_when_rows_are_few: each of a few rows (decode) over a cluster of 8 blocks;
 // - grid_when_wide_rows_are_few, grid_when_rows_are_few: each of rows too few to fill the SMs (wider
 //   than a block holds, or any) over SMs / rows blocks of a cooperative grid, meeting in `scratch`;
+//   grid_when_wide_rows_are_few takes the rows a block holds as cluster_when_rows_are_few does;
 // - vocab_clusters: every row over a cluster sized to the rows (choose_vocab_row_tiling), up to 16
 //   blocks, two blocks per SM where rows are many;
 // - staged_clusters: every row over a cluster of up to 8 blocks (choose_staged_row_tiling).

@@ -268,7 +268,8 @@ void register_softmax(Registry& registry) {
   op.impls.push_back({"ours", Role::ours,
                       "online: each thread's (max, sum) merged in one block reduction instead of two; rows wider "
                       "than a block holds (vocabularies) over a cluster whose slices are staged in shared memory "
-                      "(ours_v5), or over one block per SM where they are too few to fill the SMs",
+                      "(ours_v5), or over one block per SM where they are too few to fill the SMs; rows a block "
+                      "holds over an 8-block cluster where they are too few (ours_v2)",
                       unsupported, [](const Problem& p, const Case&, cudaStream_t s) {
                         return ours_softmax(as_softmax(p), kPromotedAlgo, kernels::RowStorage::registers,
                                             kernels::RowSplit::grid_when_wide_rows_are_few, s);
