@@ -111,7 +111,7 @@ std::string staged_row_unsupported(int64_t rows, int64_t cols, DType dtype) {
 
 SplitRowTiling choose_staged_row_tiling(int64_t rows, int64_t cols, DType dtype, const RowDevice& device) {
   const int64_t n_vec = split_body_vectors(cols, dtype);
-  const int64_t needed = ceil_div(n_vec, kMaxSliceVectors);
+  const int64_t needed = ceil_div(n_vec, kStagedSliceVectors);
   const int64_t to_fill_wave = int64_t(device.sms) * kStagedBlocksPerSm / rows;
   const int64_t by_min_slice = ceil_div(n_vec, kVocabMinSliceVectors);
   const int64_t splits = std::min<int64_t>(std::max(needed, std::min(to_fill_wave, by_min_slice)), kRowClusterBlocks);
