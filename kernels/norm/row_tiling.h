@@ -148,10 +148,11 @@ SplitRowTiling choose_vocab_row_tiling(int64_t rows, int64_t cols, DType dtype, 
 // ---- Rows staged in shared memory over clusters (RowSplit::staged_clusters) ----
 
 // Threads of a staged_clusters block. Its slice (<= kMaxSliceVectors, 64 KB) lies in shared memory,
-// not registers, so three blocks share an SM (228 KB) and one block's loads run under the others'
-// passes and stores; the register rungs hold one or two blocks per SM (61-78% of the copy bound at
-// 256-1024 rows of 128k-256k, kernels/norm/NOTES.md).
+// not registers, so three to five blocks share an SM (228 KB) and one block's loads run under the
+// others' passes and stores; the register rungs hold one or two blocks per SM (61-78% of the copy bound
+// at 256-1024 rows of 128k-256k, kernels/norm/NOTES.md).
 constexpr int kStagedThreads = 256;
+// The blocks per SM that few rows are split to fill, one wave (measured with 64 KB slices).
 constexpr int kStagedBlocksPerSm = 3;
 // The slice a staged row prefers (48 KB; up to kMaxSliceVectors where 8 blocks hold no less): four or five
 // blocks an SM. H200, against 64 KB: 1024 × 152064 5% faster, 256 × 128k-152k 1.5%, the rest within 0.5%;
