@@ -58,6 +58,9 @@ struct GemmConfig {
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(kConsumers == 1 || kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
   static_assert(!Operand::kPromote || kBlockN <= 192, "promotion doubles the accumulators: up to 64x192 per consumer");
+  // FP8's two consumers of 64x128 keep two sets of products (64 registers each) beside the accumulators,
+  // so that one set's MMAs run while the other is promoted (sm90_gemm_mainloop.cuh); 64x192 has no room.
+  static constexpr bool kTwoParts = Operand::kPromote && kConsumers > 1 && kBlockN <= 128;
 
   // A stage holds A (kBlockM, kBlockK) and B (kBlockN, kBlockK) as TMA writes them with 128-byte
   // swizzling: rows of 128 bytes (kBlockK elements of K), 8-row atoms of 1024 bytes.

@@ -11,8 +11,9 @@
 // of the tile: per stage, 4 wgmma (K steps of 32 bytes) from shared memory. bf16 and s8 keep one group
 // in flight, so a stage is released when the next stage's group is issued; FP8 does the same within
 // a run of promote_blocks stages (1 with block scales, 4 per tensor), then waits for the run's groups
-// and promotes its products into the fp32 accumulators (times the stage's block scales), the other
-// consumer's MMAs running meanwhile.
+// and promotes its products into the fp32 accumulators (times the stage's block scales). Consumers of
+// 64x128 keep two sets of products, so that the next run's first stage is issued before a run is
+// waited for and its MMAs run while the run is promoted.
 #pragma once
 #include <cstdint>
 
@@ -171,7 +172,22 @@ struct TileScales {
     s.b = b[kb];
     return s;
   }
+  // Stage kb's scales as it is issued, from `ahead` (kb's and kb + 1's), whose stage kb + 2 loads go out.
+  __device__ __forceinline__ StageScales issued(StageScales (&ahead)[2], int kb, int k_end) const {
+    const StageScales s = ahead[0];
+    ahead[0] = ahead[1];
+    ahead[1] = at(min(kb + 2, k_end - 1));
+    return s;
+  }
 };
+
+// acc += a run's products times its scales (this thread's rows r and r + 8 alternate in pairs).
+template <int N>
+__device__ __forceinline__ void promote(float (&acc)[N], const float (&part)[N], const StageScales& s) {
+  const float2 f = s.factors();
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] += part[i] * ((i % 4) < 2 ? f.x : f.y);
+}
 
 // With K split and reduced in the kernel: whether this split is the last of its tile to arrive (per
 // consumer warpgroup), which then sums the others' partials and stores the tile; it leaves the counter
@@ -215,10 +231,6 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
     const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {
       const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
-      float part[kAcc];  // the products since the last promotion, promoted into acc
-      // Each run of promote_blocks stages chains into `part` as bf16's stages chain into acc (one group
-      // in flight, the previous stage released); then all groups are waited for and `part` promoted.
-      // (A promotion inside the stage loop, behind a branch, made ptxas serialize the wgmma: C7517/C7518.)
       // The one-consumer (small-M) kernel promotes every stage: the weights' read sets its time, and
       // the runs' loop state spilled its 255 registers.
       const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
@@ -232,30 +244,81 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
       // A stage's data is waited for under the MMAs of the stage before (the tile's first, here), so
       // that the promotion's end and the next MMAs have only the issue between them.
       mbar_wait(bars.full(pos.stage), pos.phase);
-      for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
-        const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
-        int in_flight = -1;
-        StageScales s;
-        for (int kb = kb0; kb < kb_end; ++kb) {
-          issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
-                         desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
-          // Block scales promote every stage, so the run's last stage's scales are the run's.
-          s = s_ahead[0];
-          s_ahead[0] = s_ahead[1];
-          s_ahead[1] = scales.at(min(kb + 2, unit.k_end - 1));
+      if constexpr (C::kTwoParts) {
+        // Runs of promote_blocks stages chain into two sets of products in turn, and each run's
+        // successor's first stage is issued before the run is waited for, so that the tensor pipe has
+        // this warpgroup's MMAs while it promotes (with one set both consumers waited and promoted at
+        // once, the pipe idle meanwhile: 7-10% of the time per tensor at M = 2048).
+        float part0[kAcc], part1[kAcc];
+        StageScales s;  // the scales of the stage issued last
+        auto issue = [&](float(&d)[kAcc], int kb, bool overwrite) {
+          issue_stage<C>(d, desc_advance(a_desc0, pos.stage * C::kABytes),
+                         desc_advance(b_desc0, pos.stage * C::kBBytes), overwrite);
+          s = scales.issued(s_ahead, kb, unit.k_end);
           const int stage = pos.stage;
           pos.advance();
-          if (kb + 1 < unit.k_end) mbar_wait(bars.full(pos.stage), pos.phase);
-          wgmma_wait<1>();
-          if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
-          in_flight = stage;
+          return stage;
+        };
+        int kb0 = unit.k_begin;
+        int in_flight = issue(part0, kb0, true);
+        // The run from kb0 into `cur`, its first stage issued: the rest of it, the next run's first
+        // stage into `next`, then cur waited for and promoted. False when the tile's K is done. (Each
+        // branch promotes: after their join ptxas serialized the wgmma, C7514.)
+        auto run = [&](float(&cur)[kAcc], float(&next)[kAcc]) {
+          const int kb_end = min(kb0 + promote_blocks, unit.k_end);
+          for (int kb = kb0 + 1; kb < kb_end; ++kb) {
+            mbar_wait(bars.full(pos.stage), pos.phase);
+            const int stage = issue(cur, kb, false);
+            wgmma_wait<1>();
+            if (lane == 0) release_stage<C>(bars.empty(in_flight));
+            in_flight = stage;
+          }
+          const StageScales run_scales = s;
+          kb0 = kb_end;
+          if (kb_end < unit.k_end) {
+            mbar_wait(bars.full(pos.stage), pos.phase);
+            const int stage = issue(next, kb_end, true);
+            wgmma_wait<1>();
+            if (lane == 0) release_stage<C>(bars.empty(in_flight));
+            in_flight = stage;
+            fence_regs(cur);
+            promote(acc, cur, run_scales);
+            return true;
+          }
+          wgmma_wait<0>();
+          if (lane == 0) release_stage<C>(bars.empty(in_flight));
+          fence_regs(cur);
+          promote(acc, cur, run_scales);
+          return false;
+        };
+        while (run(part0, part1) && run(part1, part0)) {
         }
-        wgmma_wait<0>();
-        fence_regs(part);
-        if (lane == 0) release_stage<C>(bars.empty(in_flight));
-        const float2 f = s.factors();
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] += part[i] * ((i % 4) < 2 ? f.x : f.y);
+      } else {
+        float part[kAcc];  // the products since the last promotion, promoted into acc
+        // Each run of promote_blocks stages chains into `part` as bf16's stages chain into acc (one group
+        // in flight, the previous stage released); then all groups are waited for and `part` promoted.
+        // (A promotion inside the stage loop, behind a branch, made ptxas serialize the wgmma: C7517/C7518.)
+        for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
+          const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
+          int in_flight = -1;
+          StageScales s;
+          for (int kb = kb0; kb < kb_end; ++kb) {
+            issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                           desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
+            // Block scales promote every stage, so the run's last stage's scales are the run's.
+            s = scales.issued(s_ahead, kb, unit.k_end);
+            const int stage = pos.stage;
+            pos.advance();
+            if (kb + 1 < unit.k_end) mbar_wait(bars.full(pos.stage), pos.phase);
+            wgmma_wait<1>();
+            if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
+            in_flight = stage;
+          }
+          wgmma_wait<0>();
+          fence_regs(part);
+          if (lane == 0) release_stage<C>(bars.empty(in_flight));
+          promote(acc, part, s);
+        }
       }
     } else {
       int in_flight = -1;  // the stage whose wgmma group may still be reading it
