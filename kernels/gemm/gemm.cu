@@ -173,9 +173,6 @@ void with_tile(const GemmPlan& plan, F&& f) {
       if constexpr (!O::kPromote)
         return cluster ? f(ConfigTag<GemmConfig128x256<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x256<O>>{});
       throw std::invalid_argument("gemm: FP8 runs no 128x256 tiles");
-    case TileShape::m128n192:
-      if constexpr (O::kPromote) return f(ConfigTag<GemmConfig128x192<O>>{});
-      throw std::invalid_argument("gemm: only FP8 runs 128x192 tiles");
     case TileShape::m128n128:
       return cluster ? f(ConfigTag<GemmConfig128x128<O, kClusterM>>{}) : f(ConfigTag<GemmConfig128x128<O>>{});
     case TileShape::m64n128: return f(ConfigTag<GemmConfig64x128<O>>{});

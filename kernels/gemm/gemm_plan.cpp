@@ -19,7 +19,6 @@ int tile_m(TileShape t) { return t == TileShape::m64n128 || t == TileShape::stre
 int tile_n(TileShape t) {
   switch (t) {
     case TileShape::m128n256: return 256;
-    case TileShape::m128n192: return 192;
     case TileShape::stream: return kStreamRows;
     default: return 128;
   }
@@ -27,7 +26,6 @@ int tile_n(TileShape t) {
 const char* tile_name(TileShape t) {
   switch (t) {
     case TileShape::m128n256: return "128x256";
-    case TileShape::m128n192: return "128x192";
     case TileShape::m128n128: return "128x128";
     case TileShape::m64n128: return "64x128";
     case TileShape::stream: return "stream";
@@ -78,12 +76,7 @@ int narrow_stream_rows(int64_t n, int sms, int multiple) {
   return 0;
 }
 
-bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms) {
-  auto cost = [&](TileShape t) {  // rounds of tiles over the SMs, times a tile's width
-    return double(ceil_div(ceil_div(m, tile_m(t)) * ceil_div(n, tile_n(t)), sms) * tile_n(t));
-  };
-  return cost(TileShape::m128n192) < cost(TileShape::m128n128) * kWideFp8TileGain;
-}
+bool fp8_clusters_lead(int64_t tiles, int sms) { return tiles >= int64_t(kFp8ClusterRounds) * sms; }
 
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, PlanOptions options) {
   GemmPlan plan;
@@ -126,12 +119,11 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     if (plan.m_tiles * plan.n_tiles < sms) set_tile(TileShape::m128n128);
     const bool streams = m <= kSplitMaxM && 2 * plan.m_tiles * plan.n_tiles <= sms;
     if (!streams) {
-      if (operands == Operands::e4m3 && !options.block_scales && !options.clusters && wide_fp8_tile_leads(m, n, sms)) {
-        set_tile(TileShape::m128n192);
-        return plan;
-      }
+      const int64_t tiles = plan.m_tiles * plan.n_tiles;
+      const bool clusters = options.clusters || (operands == Operands::e4m3 && !options.block_scales &&
+                                                 fp8_clusters_lead(tiles, sms));
       const int64_t padded = ceil_div(plan.m_tiles, kClusterM) * kClusterM;
-      if (options.clusters && plan.m_tiles * plan.n_tiles >= sms && 8 * (padded - plan.m_tiles) <= plan.m_tiles) {
+      if (clusters && tiles >= sms && 8 * (padded - plan.m_tiles) <= plan.m_tiles) {
         plan.cluster_m = kClusterM;
         plan.m_tiles = padded;
       }

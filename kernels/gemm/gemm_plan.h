@@ -9,8 +9,6 @@ namespace topt::kernels::gemm {
 
 // The tile shapes the core is instantiated for, (BLOCK_M, BLOCK_N), each with its pipeline depth:
 //   128×256, 4 stages (48 KB each): the large-M shape, 2 consumer warpgroups of 64×256;
-//   128×192, 4 stages (40 KB each): FP8 with per-tensor scales, where its rounds of tiles cost less
-//            (wide_fp8_tile_leads); 64×192 of fp32 twice per consumer warpgroup is as wide as promotion fits;
 //   128×128, 6 stages (32 KB each): medium M, or where 128×256 tiles leave SMs idle;
 //   64×128,  8 stages (24 KB each): small M (decode), 1 consumer warpgroup; the weights' read sets
 //            the time, so the ring is deep (128 KB of weights in flight per SM).
@@ -18,10 +16,10 @@ namespace topt::kernels::gemm {
 //            CTAs stream 64-row strips of W through a TMA ring (up to 160 KB of W in flight per SM) into
 //            wgmma with W as the m64 operand and the tokens as N (8-64); one launch. tile_m is the most
 //            tokens it takes, tile_n a strip.
-enum class TileShape { m128n256, m128n192, m128n128, m64n128, stream };
+enum class TileShape { m128n256, m128n128, m64n128, stream };
 // What the operands are: bf16 (wgmma k16, 64 of K per 128-byte row), or 1-byte e4m3 / s8 (k32, 128
-// of K per row). FP8 accumulates runs of 128-deep K blocks apart and promotes them into fp32 registers
-// (twice the accumulators), so its widest tile is 128×192.
+// of K per row). FP8 accumulates runs of 128-deep K blocks apart, in two sets of registers in turn, and
+// promotes them into fp32 accumulators (three times the accumulators), so its widest tile is 128×128.
 enum class Operands { bf16, e4m3, s8 };
 int block_k(Operands o);  // K per pipeline stage: one 128-byte swizzled row
 int tile_m(TileShape t);
@@ -33,9 +31,10 @@ constexpr int kMinSplitKBlocks = 2;     // the fewest K blocks (128 of K bf16) a
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
 constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
-// FP8, per-tensor scales: a 128×192 tile's area runs this much faster than a 128×128 tile's (H200,
-// session 32: 1.03-1.13x over 13 shapes at M = 2048 and 8192, from the times and the rounds of tiles).
-constexpr double kWideFp8TileGain = 1.07;
+// FP8 with per-tensor scales runs 2-CTA clusters where its tiles make at least this many rounds of the
+// SMs (H200, session 37: 1-12% faster on 15 of the 16 Llama-2 layers at M = 2048 and 8192 that make 9.7
+// rounds or more, 1-3% slower on the 7 that make 3.9-7.8).
+constexpr int kFp8ClusterRounds = 8;
 constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles together (L2 reuse of B)
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 constexpr int kStreamRows = 64;         // rows of W per strip of the streaming kernel (wgmma's m64)
@@ -108,17 +107,16 @@ bool stream_takes(Operands operands, bool block_scales);
 //   32 tiles; M = 130 at N = 1000: 16): the weights' read still sets the time there, and one SM
 //   streams a tile's whole K far below its share of the read rate, so the small-M plan streams them
 //   (M = 130: 3 x 8 tiles of 64 rows, split).
-//   FP8 with per-tensor scales and no clusters takes 128×192 where wide_fp8_tile_leads.
-// With options.clusters, an unsplit 128-row plan whose tiles fill at least one wave runs clusters of
+// With options.clusters (and FP8 with per-tensor scales where fp8_clusters_lead), an unsplit 128-row plan
+//   whose tiles fill at least one wave runs clusters of
 //   kClusterM along M, where padding M to whole clusters adds at most 1/8 of the tiles: per stage a
 //   CTA then reads its A and half of W from L2 (128x256 bf16: 32 KB instead of 48).
 GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands = Operands::bf16,
                    PlanOptions options = {});
 
-// Whether 128×192 FP8 tiles take less time than 128×128 on `sms` SMs: the rounds of tiles each needs, times
-// its width, the wide tile's counted kWideFp8TileGain cheaper (M = 2048 × N = 8192: 8 rounds against 6 of
-// a wider tile, 128 wins; N = 12288 or M = 8192: 192).
-bool wide_fp8_tile_leads(int64_t m, int64_t n, int sms);
+// Whether FP8 tiles (per-tensor scales) run faster in 2-CTA clusters: at least kFp8ClusterRounds rounds of
+// `sms` SMs (M = 2048 × N = 8192: 7.8 rounds of 132, no; N = 10240 or M = 8192: yes).
+bool fp8_clusters_lead(int64_t tiles, int sms);
 
 // Busy fraction of the SMs over the waves `units` take on `sms` SMs (1: the last wave is full).
 double wave_efficiency(int64_t units, int sms);

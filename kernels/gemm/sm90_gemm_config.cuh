@@ -44,23 +44,22 @@ struct GemmConfig {
   using Operand = Operand_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_, kClusterM = kClusterM_;
   static_assert(kBlockM == 64 || kBlockM == 128, "BLOCK_M: one or two consumer warpgroups of 64 rows");
-  static_assert(kBlockN == 128 || kBlockN == 192 || kBlockN == 256,
-                "BLOCK_N: the wgmma N of each consumer, 128, 192 or 256");
+  static_assert(kBlockN == 128 || kBlockN == 256, "BLOCK_N: the wgmma N of each consumer, 128 or 256");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of 1 or 2 CTAs along M");
   static constexpr int kConsumers = kBlockM / 64;
   // Warpgroup 0 is the producer (one thread issues every TMA load); warpgroups 1.. the consumers.
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;  // each releases a stage with one arrival
   static constexpr int kEmptyArrivals = kConsumerWarps * kClusterM;  // from every CTA of the cluster
-  // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 twice, promoted and not):
+  // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 three times, promoted and two sets of products):
   // registers move from the producer (which needs ~30) to them. 40·128 + 232·256 fills the 64K
   // register file.
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(kConsumers == 1 || kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
-  static_assert(!Operand::kPromote || kBlockN <= 192, "promotion doubles the accumulators: up to 64x192 per consumer");
-  // FP8's two consumers of 64x128 keep two sets of products (64 registers each) beside the accumulators,
-  // so that one set's MMAs run while the other is promoted (sm90_gemm_mainloop.cuh); 64x192 has no room.
-  static constexpr bool kTwoParts = Operand::kPromote && kConsumers > 1 && kBlockN <= 128;
+  static_assert(!Operand::kPromote || kBlockN == 128, "promotion keeps products beside the accumulators: 64x128");
+  // FP8's two consumers keep two sets of products (64 registers each) beside the accumulators, so that
+  // one set's MMAs run while the other is promoted (sm90_gemm_mainloop.cuh).
+  static constexpr bool kTwoParts = Operand::kPromote && kConsumers > 1;
 
   // A stage holds A (kBlockM, kBlockK) and B (kBlockN, kBlockK) as TMA writes them with 128-byte
   // swizzling: rows of 128 bytes (kBlockK elements of K), 8-row atoms of 1024 bytes.
@@ -91,8 +90,6 @@ template <class Operand, int kClusterM = 1>
 using GemmConfig128x256 = GemmConfig<Operand, 128, 256, 4, kClusterM>;
 template <class Operand, int kClusterM = 1>
 using GemmConfig128x128 = GemmConfig<Operand, 128, 128, 6, kClusterM>;
-template <class Operand>
-using GemmConfig128x192 = GemmConfig<Operand, 128, 192, 4>;
 template <class Operand>
 using GemmConfig64x128 = GemmConfig<Operand, 64, 128, 8>;
 

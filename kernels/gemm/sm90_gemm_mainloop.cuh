@@ -13,7 +13,7 @@
 // a run of promote_blocks stages (1 with block scales, 4 per tensor), then waits for the run's groups
 // and promotes its products into the fp32 accumulators (times the stage's block scales). Consumers of
 // 64x128 keep two sets of products, so that the next run's first stage is issued before a run is
-// waited for and its MMAs run while the run is promoted.
+// waited for and its MMAs run while the run is promoted; the one consumer of small M promotes each stage.
 #pragma once
 #include <cstdint>
 
@@ -231,9 +231,6 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
     const int row0 = unit.m_block * C::kBlockM + cw * 64;
     if constexpr (C::Operand::kPromote) {
       const int64_t r = int64_t(row0) + 16 * warp + lane / 4;
-      // The one-consumer (small-M) kernel promotes every stage: the weights' read sets its time, and
-      // the runs' loop state spilled its 255 registers.
-      const int promote_blocks = C::kConsumers > 1 ? p.promote_blocks : 1;
       // The scales of the next two stages are in flight while a stage's MMAs run: an L2 round trip
       // (~600+ cycles) is longer than one 64-row stage of FP8 MMAs, and block scales promote every stage.
       const TileScales scales(p, r, unit.n_block);
@@ -250,6 +247,7 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         // this warpgroup's MMAs while it promotes (with one set both consumers waited and promoted at
         // once, the pipe idle meanwhile: 7-10% of the time per tensor at M = 2048).
         float part0[kAcc], part1[kAcc];
+        const int promote_blocks = p.promote_blocks;
         StageScales s;  // the scales of the stage issued last
         auto issue = [&](float(&d)[kAcc], int kb, bool overwrite) {
           issue_stage<C>(d, desc_advance(a_desc0, pos.stage * C::kABytes),
@@ -294,29 +292,19 @@ __device__ __forceinline__ void consume(const GemmParams& p, uint32_t smem, int 
         while (run(part0, part1) && run(part1, part0)) {
         }
       } else {
-        float part[kAcc];  // the products since the last promotion, promoted into acc
-        // Each run of promote_blocks stages chains into `part` as bf16's stages chain into acc (one group
-        // in flight, the previous stage released); then all groups are waited for and `part` promoted.
-        // (A promotion inside the stage loop, behind a branch, made ptxas serialize the wgmma: C7517/C7518.)
-        for (int kb0 = unit.k_begin; kb0 < unit.k_end; kb0 += promote_blocks) {
-          const int kb_end = C::kConsumers > 1 ? min(kb0 + promote_blocks, unit.k_end) : kb0 + 1;
-          int in_flight = -1;
-          StageScales s;
-          for (int kb = kb0; kb < kb_end; ++kb) {
-            issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
-                           desc_advance(b_desc0, pos.stage * C::kBBytes), kb == kb0);
-            // Block scales promote every stage, so the run's last stage's scales are the run's.
-            s = scales.issued(s_ahead, kb, unit.k_end);
-            const int stage = pos.stage;
-            pos.advance();
-            if (kb + 1 < unit.k_end) mbar_wait(bars.full(pos.stage), pos.phase);
-            wgmma_wait<1>();
-            if (in_flight >= 0 && lane == 0) release_stage<C>(bars.empty(in_flight));
-            in_flight = stage;
-          }
+        // The one consumer (small M) waits for and promotes every stage: the weights' read sets its time,
+        // and runs of stages spilled its 255 registers.
+        float part[kAcc];
+        for (int kb = unit.k_begin; kb < unit.k_end; ++kb) {
+          issue_stage<C>(part, desc_advance(a_desc0, pos.stage * C::kABytes),
+                         desc_advance(b_desc0, pos.stage * C::kBBytes), true);
+          const StageScales s = scales.issued(s_ahead, kb, unit.k_end);
+          const int stage = pos.stage;
+          pos.advance();
+          if (kb + 1 < unit.k_end) mbar_wait(bars.full(pos.stage), pos.phase);
           wgmma_wait<0>();
           fence_regs(part);
-          if (lane == 0) release_stage<C>(bars.empty(in_flight));
+          if (lane == 0) release_stage<C>(bars.empty(stage));
           promote(acc, part, s);
         }
       }

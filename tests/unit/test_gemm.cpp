@@ -189,12 +189,12 @@ TEST(GemmPlan, LargeMTakesWideTilesWhereTheyFillTheGpu) {
   EXPECT_NE(big.describe().find("128x256"), std::string::npos);
 }
 
-TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x192) {
+TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x128) {
   using kernels::gemm::Operands;
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::bf16).k_blocks, 128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).k_blocks, 64);
-  // FP8 promotes each stage into a second set of accumulators: 64x192 per consumer at most.
-  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n192);
+  // FP8 keeps two sets of products beside its accumulators: 64x128 per consumer at most.
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
   EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).tile, TileShape::m128n256);
   // K = 4096 is 32 one-byte blocks: 7B O at M = 1 still splits 4 ways, each 8 blocks.
   const GemmPlan p = plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, kSplitK);
@@ -203,28 +203,26 @@ TEST(GemmPlan, OneByteOperandsStreamTwiceTheKPerStageAndFp8StaysAt128x192) {
   EXPECT_EQ(p.operands, Operands::e4m3);
 }
 
-TEST(GemmPlan, Fp8TakesTheWideTileWhereItsRoundsCostLess) {
+TEST(GemmPlan, Fp8TakesClustersWhereItsTilesMakeManyRounds) {
+  using kernels::gemm::fp8_clusters_lead;
   using kernels::gemm::Operands;
-  using kernels::gemm::wide_fp8_tile_leads;
-  // 8192²: 4096 tiles of 128x128 are 32 rounds of 132 (128 columns each: 4096), 2752 of 128x192 are 21
-  // (4032): 192. M = 2048, N = 8192: 8 rounds (1024) against 6 (1152, over 1024 · 1.07): 128.
-  EXPECT_TRUE(wide_fp8_tile_leads(8192, 8192, kH100Sms));
-  EXPECT_FALSE(wide_fp8_tile_leads(2048, 8192, kH100Sms));
-  EXPECT_EQ(plan_gemm(2048, 8192, 8192, kH100Sms, Operands::e4m3).tile, TileShape::m128n128);
-  // 2048 x 12288: 12 rounds against 8, equal widths of work: the wide tile's own speed decides.
-  const GemmPlan wide = plan_gemm(2048, 12288, 4096, kH100Sms, Operands::e4m3);
-  EXPECT_EQ(wide.tile, TileShape::m128n192);
-  EXPECT_EQ(wide.n_tiles, 64);
-  EXPECT_EQ(wide.cluster_m, 1);
-  EXPECT_NE(wide.describe().find("128x192"), std::string::npos);
-  // Block scales are per 128 columns of W, and the cluster rung keeps its 128x128 clusters: 128.
+  // M = 2048: N = 8192 is 1024 tiles (7.8 rounds of 132), N = 10240 1280 (9.7).
+  EXPECT_FALSE(fp8_clusters_lead(1024, kH100Sms));
+  EXPECT_TRUE(fp8_clusters_lead(1280, kH100Sms));
+  EXPECT_TRUE(fp8_clusters_lead(8 * kH100Sms, kH100Sms));
+  EXPECT_EQ(plan_gemm(2048, 8192, 8192, kH100Sms, Operands::e4m3).cluster_m, 1);
+  const GemmPlan wide = plan_gemm(2048, 10240, 8192, kH100Sms, Operands::e4m3);
+  EXPECT_EQ(wide.tile, TileShape::m128n128);
+  EXPECT_EQ(wide.cluster_m, 2);
+  EXPECT_EQ(plan_gemm(8192, 4096, 4096, kH100Sms, Operands::e4m3).cluster_m, 2);
+  // Block scales stay unclustered (no faster in clusters), and so do bf16 and INT8 without the option.
   kernels::gemm::PlanOptions block;
   block.block_scales = true;
-  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3, block).tile, TileShape::m128n128);
-  const kernels::gemm::PlanOptions clusters{true};
-  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3, clusters).tile, TileShape::m128n128);
-  // bf16 and int8 never take it.
-  EXPECT_EQ(plan_gemm(2048, 12288, 4096, kH100Sms, Operands::s8).tile, TileShape::m128n256);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::e4m3, block).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::bf16).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(8192, 8192, 8192, kH100Sms, Operands::s8).cluster_m, 1);
+  // M tiles padded to whole clusters by more than 1/8: none (M = 600 is 5 tiles, 6 padded).
+  EXPECT_EQ(plan_gemm(600, 57344, 8192, kH100Sms, Operands::e4m3).cluster_m, 1);
 }
 
 TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
