@@ -43,7 +43,9 @@ __global__ void __launch_bounds__(C::kThreads, 1) gemm_kernel(const __grid_const
     cluster_sync();
   else
     __syncthreads();
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so that ptxas knows it warp-uniform: the wgmma descriptors derived from it then
+  // live in uniform registers, not moved there (R2UR) before every wgmma.
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
     if constexpr (C::kConsumers > 1) regs_dealloc<C::kProducerRegs>();
     if (threadIdx.x == 0) produce<C>(p, smem);
