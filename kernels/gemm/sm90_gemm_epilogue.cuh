@@ -431,20 +431,16 @@ __device__ __forceinline__ void store_outputs(const GemmParams& p, const Fragmen
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_f[h] = f.row_in[h] ? row_factor(e, tensor, f.row[h]) : 0.f;
   if (e.activation == Activation::silu_gated) {
-    // bf16 h goes out in 64-column boxes: a 128×192 tile's 96 columns of h take the register stores.
-    constexpr bool kStagedH = kBlockN / 2 % 64 == 0;
     if (e.out_scale) {
       store_gated_as<kBlockN, true>(p, f, row_f, acc);
-    } else if (out.on && kStagedH) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
-      if constexpr (kStagedH) {
-        OutStaging gated = out;
-        gated.col0 /= 2;
-        auto values = [&](int t, float2(&y)[2]) {
+    } else if (out.on) {  // bf16 h: the tile's kBlockN / 2 output columns, from tile column / 2
+      OutStaging gated = out;
+      gated.col0 /= 2;
+      auto values = [&](int t, float2(&y)[2]) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) y[h] = gated_pair<kBlockN>(acc, row_f, t, h);
-        };
-        store_chunks_staged<kBlockN / 2>(p, gated, values);
-      }
+        for (int h = 0; h < 2; ++h) y[h] = gated_pair<kBlockN>(acc, row_f, t, h);
+      };
+      store_chunks_staged<kBlockN / 2>(p, gated, values);
     } else {
       store_gated_as<kBlockN, false>(p, f, row_f, acc);
     }
