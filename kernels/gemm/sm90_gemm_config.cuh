@@ -51,9 +51,9 @@ struct GemmConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;  // each releases a stage with one arrival
   static constexpr int kEmptyArrivals = kConsumerWarps * kClusterM;  // from every CTA of the cluster
-  // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 three times, promoted and two sets of products):
-  // registers move from the producer (which needs ~30) to them. 40·128 + 232·256 fills the 64K
-  // register file.
+  // Two consumers hold 64×256 accumulators (128 registers each; FP8: 64×128 three times, the promoted
+  // sums and two sets of products): registers move from the producer (which needs ~30) to them.
+  // 40·128 + 232·256 fills the 64K register file.
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static_assert(kConsumers == 1 || kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "register file: 64K per SM");
   static_assert(!Operand::kPromote || kBlockN == 128, "promotion keeps products beside the accumulators: 64x128");
