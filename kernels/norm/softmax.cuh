@@ -325,7 +325,8 @@ __global__ void __launch_bounds__(kStagedThreads)
   using Vec = typename Frag::Vec;
   extern __shared__ __align__(128) unsigned char staged_slice[];
   __shared__ uint64_t chunk_full[kStagedMaxChunks];
-  const Vec* s_slice = reinterpret_cast<const Vec*>(staged_slice);
+  // The slice's vectors as they land, then each one's kept exps in its place.
+  Vec* s_vec = reinterpret_cast<Vec*>(staged_slice);
   const SplitSlice<T> sl = split_slice(a, splits, slice_vec);
   const T* x_row = sl.x_row;
   T* y_row = sl.y_row;
@@ -339,7 +340,7 @@ __global__ void __launch_bounds__(kStagedThreads)
       const uint32_t bytes = uint32_t(min(kStagedChunkVectors, n_local - c * kStagedChunkVectors)) * sizeof(Vec);
       const uint32_t bar = sm90::smem_addr(&chunk_full[c]);
       sm90::mbar_arrive_expect_tx(bar, bytes);
-      sm90::bulk_load(sm90::smem_addr(s_slice + c * kStagedChunkVectors), x_row + slice + size_t(c) * kStagedChunkVectors * 8,
+      sm90::bulk_load(sm90::smem_addr(s_vec + c * kStagedChunkVectors), x_row + slice + size_t(c) * kStagedChunkVectors * 8,
                       bytes, bar);
     }
   }
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(kStagedThreads)
   // with m its running max once the chunk's vectors are in (chunk_max[c]), so the write needs no ex2.
   constexpr int kPerChunk = kStagedChunkVectors / kStagedThreads;
   using KeptBits = PackedBits<__half>;
-  Vec* s_kept = reinterpret_cast<Vec*>(staged_slice);
+  auto vec_index = [](int c, int k) { return c * kStagedChunkVectors + k * kStagedThreads + int(threadIdx.x); };
   float chunk_max[kStagedMaxChunks];
 #pragma unroll
   for (int c = 0; c < kStagedMaxChunks; ++c) {
@@ -365,9 +366,9 @@ __global__ void __launch_bounds__(kStagedThreads)
     float vec_max = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kPerChunk; ++k) {
-      const int v = c * kStagedChunkVectors + k * kStagedThreads + int(threadIdx.x);
+      const int v = vec_index(c, k);
       if (v < n_local) {
-        x[k].vec[0] = s_slice[v];
+        x[k].vec[0] = s_vec[v];
         for_each_element<1, 8>([&](int, int j) { vec_max = fmaxf(vec_max, x[k].at(0, j)); });
       }
     }
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kStagedThreads)
     const float shift = finite_or_zero(mine.max);
 #pragma unroll
     for (int k = 0; k < kPerChunk; ++k) {
-      const int v = c * kStagedChunkVectors + k * kStagedThreads + int(threadIdx.x);
+      const int v = vec_index(c, k);
       if (v < n_local) {
         float e[8];
         for_each_element<1, 8>([&](int, int j) {
@@ -389,7 +390,7 @@ __global__ void __launch_bounds__(kStagedThreads)
         Vec kept;
 #pragma unroll
         for (int w = 0; w < 4; ++w) kept.w[w] = KeptBits::pack(e[2 * w], e[2 * w + 1]);
-        s_kept[v] = kept;
+        s_vec[v] = kept;
       }
     }
   }
@@ -405,9 +406,9 @@ __global__ void __launch_bounds__(kStagedThreads)
     const float factor = merge.rescale(chunk_max[c], max) * inv_sum;
 #pragma unroll
     for (int k = 0; k < kPerChunk; ++k) {
-      const int v = c * kStagedChunkVectors + k * kStagedThreads + int(threadIdx.x);
+      const int v = vec_index(c, k);
       if (v < n_local) {
-        const Vec kept = s_kept[v];
+        const Vec kept = s_vec[v];
         y_slice[v] = Frag::pack(0, [&](int, int j) {
           const uint32_t w = kept.w[j / 2];
           return (j % 2 ? KeptBits::hi(w) : KeptBits::lo(w)) * factor;
