@@ -1,10 +1,11 @@
 // The Hopper GEMM core: y[M,N] = epilogue(x[M,K] · W[N,K]ᵀ), the "TN" GEMM of a linear layer
 // (activations row-major M×K, weights row-major N×K, both K-contiguous): bf16 operands with fp32
-// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (block scales) or 512 (per tensor),
-// or s8 with s32 accumulation; bf16 output. TMA loads into a multi-stage mbarrier ring, wgmma from shared memory,
-// a producer warp and one or two consumer warpgroups, a persistent grid over a grouped (swizzled)
-// tile order, and an epilogue of scales, bias, activation and residual add. The planner
-// (gemm_plan.h) picks the tile shape and the K splits; kernels/gemm/NOTES.md says why.
+// accumulation, e4m3 with fp32 accumulation promoted every 128 of K (block scales) or 512 (per tensor;
+// the streaming kernel every 256), or s8 with s32 accumulation; bf16 output. TMA loads into a
+// multi-stage mbarrier ring, wgmma from shared memory, a producer warp and one or two consumer
+// warpgroups, a persistent grid over a grouped (swizzled) tile order, and an epilogue of scales, bias,
+// activation and residual add. The planner (gemm_plan.h) picks the tile shape and the K splits;
+// kernels/gemm/NOTES.md says why.
 #pragma once
 #include <cuda.h>  // CUtensorMap (a type only)
 #include <cuda_runtime.h>

@@ -24,8 +24,8 @@
 //   before finishes; x's boxes follow its end (pdl_wait).
 // - Consumers (one warpgroup): per stage, wgmma m64nNk16 (bf16) or m64nNk32 (e4m3) over its K blocks, N
 //   the token tile (8-64); a stage is released when the next stage's group is issued (wait_group 1).
-//   fp32 accumulation: thread (warp w, lane 4g + t) holds rows 16w + g and 16w + g + 8 of the strip for
-//   tokens 8j + 2t and 8j + 2t + 1.
+//   fp32 accumulation (FP8: each stage's products added into fp32 sums): thread (warp w, lane 4g + t) holds
+//   rows 16w + g and 16w + g + 8 of the strip for tokens 8j + 2t and 8j + 2t + 1.
 // - Epilogue: the core's epilogue_value (scales, bias, activation, residual) straight from the registers,
 //   or the SwiGLU pair (rows 16w + g and 16w + g + 8 are one gate and one up row of gated column
 //   32·strip + 8w + g). A strip that a CTA range cuts (at most the first and the last of each CTA) is
@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   using Op = std::conditional_t<kOperands == Operands::bf16, sm90::GemmBf16, sm90::GemmE4m3>;
   constexpr int kStages = C::kStages<kMTiles>, kStageBytes = C::kStageBytes<kMTiles>;
   constexpr int kXBoxBytes = C::kXBoxBytes<kMTiles>, kN = 8 * kMTiles;
+  constexpr bool kPromote = kOperands == Operands::e4m3;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (sm90::smem_addr(smem_raw) + 1023) & ~1023u;
   const uint32_t bars = ring + kStages * kStageBytes;
@@ -225,6 +226,12 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
   range.for_each_run([&](const StreamRun& run) {
     const int strip = run.strip;
     float acc[kN / 2] = {};
+    // FP8: the tensor cores accumulate E4M3 products with fewer bits than fp32 (DeepSeek-V3 §3.3.2), which
+    // over 28672 of K (70B down) put outputs past the check's tolerance; each stage's products (256 of K)
+    // are added into the fp32 sums instead, as the one-consumer tiles do. The stage's wait costs nothing
+    // the ring does not hide: a stage of MMAs is a few hundred cycles, its 16 KB of W arrive in ~1000.
+    float part[kN / 2];
+    float(&products)[kN / 2] = kPromote ? part : acc;
     int held = -1;  // a stage that wgmma may still read
     for (int s = run.s_begin; s < run.s_end; ++s) {
       sm90::mbar_wait(full(pos.stage), pos.phase);
@@ -233,19 +240,30 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
       for (int b = 0; b < C::kBlocks; ++b) {
 #pragma unroll
         for (int j = 0; j < C::kRowBytes / C::kStepBytes; ++j)
-          sm90::wgmma_gemm<kN, Op, float>(acc, sm90::sw128_desc(w_box(pos.stage, b) + C::kStepBytes * j, 0, 1024),
+          sm90::wgmma_gemm<kN, Op, float>(products,
+                                           sm90::sw128_desc(w_box(pos.stage, b) + C::kStepBytes * j, 0, 1024),
                                            sm90::sw128_desc(x_box(pos.stage, b) + C::kStepBytes * j, 0, 1024),
-                                           s > run.s_begin || b > 0 || j > 0);
+                                           (!kPromote && s > run.s_begin) || b > 0 || j > 0);
       }
       sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();  // the previous stage's group is done: release it
-      if (held >= 0 && lane == 0) sm90::mbar_arrive(empty(held));
-      held = pos.stage;
+      if constexpr (kPromote) {
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(part);
+        if (lane == 0) sm90::mbar_arrive(empty(pos.stage));
+#pragma unroll
+        for (int i = 0; i < kN / 2; ++i) acc[i] += part[i];
+      } else {
+        sm90::wgmma_wait<1>();  // the previous stage's group is done: release it
+        if (held >= 0 && lane == 0) sm90::mbar_arrive(empty(held));
+        held = pos.stage;
+      }
       pos.advance();
     }
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(acc);
-    if (lane == 0) sm90::mbar_arrive(empty(held));
+    if constexpr (!kPromote) {
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(acc);
+      if (lane == 0) sm90::mbar_arrive(empty(held));
+    }
 
     // acc[4j + i]: row 16·warp + g + 8·(i / 2), token 8j + 2t + i % 2.
     if ((run.s_begin == 0 && run.s_end == stages) || (pieces > 1 && sum_pieces_in_rank0(acc, piece_sums, pieces))) {
