@@ -58,7 +58,7 @@ const char* ffn_kind_name(FfnKind kind);  // "swiglu", "gelu"
 // Why the FFN cannot run these args on the current device ("" if it can).
 std::string ffn_unsupported(const FfnArgs& args);
 // Device memory beside the operands: h [m, ffn] (bf16 or E4M3), then each GEMM's split-K workspace.
-// `options`: what both GEMMs' plans may choose (the streaming kernel at decode M by default).
+// `options`: what both GEMMs' plans may choose (by default the streaming kernel up to kStreamLeadM rows).
 size_t ffn_workspace_bytes(const FfnArgs& args, gemm::SplitReduce reduce = gemm::SplitReduce::last_split,
                            gemm::PlanOptions options = {});
 // Plans both GEMMs (gemm_plan on the current device), encodes their tensor maps and zeroes their

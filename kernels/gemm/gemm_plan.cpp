@@ -90,7 +90,10 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   const int64_t k_bytes = k * (128 / block_k(operands));  // a row of x or W
   // The streaming kernel offsets x in 32 bits: up to kSmallM rows of K's bytes.
   const bool x_fits_32_bits = kSmallM * k_bytes <= INT32_MAX;
-  if (m <= kSmallM && options.stream && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
+  const int64_t stream_max_m = options.stream == StreamUse::decode ? kSmallM
+                               : options.stream == StreamUse::leads ? kStreamLeadM
+                                                                    : 0;
+  if (m <= stream_max_m && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
     // Whole strips in turn where they fill the SMs' rounds, or in one round where they are short (<= 256 KB):

@@ -29,6 +29,11 @@ const char* tile_name(TileShape t);
 constexpr int kMaxSplits = 16;          // K splits of one tile (small M)
 constexpr int kMinSplitKBlocks = 2;     // the fewest K blocks (128 of K bf16) a split streams
 constexpr int kSmallM = 64;             // at most this many rows: the weight-streaming plan
+// Up to this many rows the weight-streaming kernel (one or two token tiles) leads the split-K tiles: by 3-25%
+// on the Llama-2 layers at M = 1, 5 and 16 (34 of 36 bf16 rows, every FP8 row; H200), and in the decode
+// step's and the verify pass's graphs. Past it x's traffic per weight byte grows with the token tiles; at
+// 64 rows it trails them on the small layers (kernels/gemm/NOTES.md, "Session 38").
+constexpr int kStreamLeadM = 16;
 constexpr int kSplitMaxM = 192;         // up to this many rows, too few wide tiles also stream (see plan_gemm)
 constexpr double kMinWaveEfficiency = 0.9;  // busy fraction of the last wave that the split count aims for
 // FP8 with per-tensor scales runs 2-CTA clusters where its tiles make at least this many rounds of the
@@ -71,15 +76,18 @@ struct GemmPlan {
   std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
 };
 
+// Which small M the weight-streaming kernel takes (where stream_takes the operands; else split-K tiles).
+enum class StreamUse {
+  leads,   // M <= kStreamLeadM (`ours`)
+  decode,  // M <= kSmallM (the rungs ours_v3_stream and ours_v3_stream_pdl)
+  never,   // none: the split-K tiles at every M <= kSmallM (the rungs ours_v2 and ours_v2_cluster)
+};
+
 // What the planner may choose beyond tiles and splits (the `ours` rungs differ here), and what of the
 // problem beyond its shape decides the kernel.
 struct PlanOptions {
   bool clusters = false;      // 2-CTA clusters along M where the tiles fill the GPU (see plan_gemm)
-  // M <= kSmallM: the weight-streaming kernel where it applies (else split-K tiles). Opt-in: it leads the
-  // split-K tiles at M = 1 and 5 on 7B's layers since session 20 (whole strips dealt in turn), but loses in
-  // the verify pass's graph (kernels/gemm/NOTES.md, "Session 20"); the rungs `ours_v3_stream` (GEMM ops)
-  // and `ours_v3_stream_pdl` (decode_step) keep it measured.
-  bool stream = false;
+  StreamUse stream = StreamUse::leads;
   bool block_scales = false;  // FP8 with 1x128 / 128x128 block scales (the streaming kernel has none)
   bool gated = false;  // SwiGLU's interleaved gate|up rows: a streaming strip holds whole groups of 8 + 8
 };
@@ -89,7 +97,7 @@ struct PlanOptions {
 bool stream_takes(Operands operands, bool block_scales);
 
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
-// M <= kSmallM with options.stream, where stream_takes the operands and kSmallM rows of x fit 32-bit
+// M within options.stream's rows, where stream_takes the operands and kSmallM rows of x fit 32-bit
 //   offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to

@@ -496,8 +496,9 @@ void register_ffn(Registry& registry) {
   op.impls.push_back(
       {"ours", Role::ours,
        "the sm90 GEMM core twice: gate|up over an interleaved weight whose epilogue writes SiLU(g)*u (FP8: its "
-       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; small M: "
-       "split-K tiles, partials summed (and the activation applied) by a second kernel",
+       "E4M3 code, static scale), or FC1 + b1 -> GELU; down with b2 and the residual in its epilogue; M <= 16: "
+       "both on the weight-streaming kernel (the activation in its epilogue); M = 17-64: split-K tiles, partials "
+       "summed (and the activation applied) by a second kernel",
        unsupported,
        core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{}),
        "weights"});
@@ -506,14 +507,14 @@ void register_ffn(Registry& registry) {
        "ours + the weight-streaming kernel for both GEMMs at M <= 64 (each weight byte read once, the activation "
        "in its epilogue, one launch per GEMM)",
        unsupported,
-       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{false, true}),
+       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{false, kernels::gemm::StreamUse::decode}),
        "weights"});
   op.impls.push_back(
       {"ours_v2", Role::ours,
        "ours; split-K partials summed (and the "
        "activation applied) by each tile's last split inside the GEMM kernel: one launch per GEMM",
        unsupported,
-       core(kernels::gemm::SplitReduce::last_split, kernels::gemm::PlanOptions{false, false}),
+       core(kernels::gemm::SplitReduce::last_split, kernels::gemm::PlanOptions{false, kernels::gemm::StreamUse::never}),
        "weights"});
   op.impls.push_back(
       {"ours_v4_pdl", Role::ours,

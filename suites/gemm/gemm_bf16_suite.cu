@@ -158,13 +158,15 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
       return core_gemm_instance(args_of(p), extra_of ? extra_of(p) : Metrics{}, reduce, s, options, pdl);
     };
   };
-  const kernels::gemm::PlanOptions single, streaming{false, true}, clusters{true, false};
+  using kernels::gemm::StreamUse;
+  const kernels::gemm::PlanOptions single, split_k{false, StreamUse::never}, streaming{false, StreamUse::decode},
+      clusters{true, StreamUse::never};
   return {{"ours", Role::ours, ours_note, unsupported, prepare(kernels::gemm::SplitReduce::kernel, single),
            "weights"},
           {"ours_v2", Role::ours,
            "ours with the split-K wgmma tiles at M <= 64 too (no streaming kernel); split-K partials summed by each "
            "tile's last split inside the GEMM kernel (an arrival counter per tile): no second launch",
-           unsupported, prepare(kernels::gemm::SplitReduce::last_split, single), "weights"},
+           unsupported, prepare(kernels::gemm::SplitReduce::last_split, split_k), "weights"},
           {"ours_v2_cluster", Role::ours,
            "ours_v2 + 2-CTA clusters along M where the tiles fill the GPU: each CTA fetches half of the shared W "
            "tile and multicasts it to both (a third less L2 traffic per 128x256 stage); elsewhere runs ours_v2",
@@ -174,8 +176,8 @@ std::vector<Impl> core_gemm_impls(const std::string& ours_note, std::function<st
            "strips of W through a TMA ring into wgmma (W as A, the tokens as N), one launch; elsewhere runs ours",
            unsupported, prepare(kernels::gemm::SplitReduce::kernel, streaming), "weights"},
           {"ours_v4_pdl", Role::ours,
-           "ours launched under programmatic dependent launch: with K split, the reduce kernel is resident while the "
-           "GEMM runs and starts when it ends (no launch gap between the two)",
+           "ours launched under programmatic dependent launch: W's first ring requested before the wait; with K split, "
+           "the reduce kernel is resident while the GEMM runs and starts when it ends (no launch gap between the two)",
            unsupported, prepare(kernels::gemm::SplitReduce::kernel, single, true), "weights"}};
 }
 
@@ -240,7 +242,8 @@ void register_gemm_bf16(Registry& registry) {
                       "weights", true});
   for (Impl& impl : core_gemm_impls(
            "the sm90 core: TMA ring, wgmma, producer warp + 1-2 consumer warpgroups, persistent grouped tiles; "
-           "M <= 64: split-K 64x128 tiles (the weight-streaming kernel is the rung ours_v3_stream; gemm_plan)",
+           "M <= 16: the weight-streaming kernel; M = 17-64: split-K 64x128 tiles (the streaming kernel there is the rung "
+           "ours_v3_stream; gemm_plan)",
            [](const Case& c) {
              const GemmShape s(c);
              return kernels::gemm::gemm_unsupported(s.m, s.n, s.k, kernels::gemm::Operands::bf16);

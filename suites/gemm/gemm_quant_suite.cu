@@ -295,8 +295,9 @@ void register_gemm_fp8(Registry& registry) {
                            "block scales, fp32 accumulation promoted every 128 of K (block) or 512 (tensor), bf16 out",
                            "the sm90 core on E4M3 (wgmma k32): 128x128 tiles promoted into fp32 registers every 128-deep "
                            "stage times its block scales, or every 4 stages with one scale per tensor (two sets of "
-                           "products in turn; per tensor in 2-CTA clusters from 8 rounds of tiles). M <= 64: 64x128 split-K "
-                           "tiles (per-tensor scaling on the weight-streaming kernel is the rung ours_v3_stream)",
+                           "products in turn; per tensor in 2-CTA clusters from 8 rounds of tiles). Per tensor at M <= 16: the "
+                           "weight-streaming kernel; else M <= 64: 64x128 split-K tiles (per tensor there on the "
+                           "streaming kernel: the rung ours_v3_stream)",
                            Operands::e4m3);
   op.axes.push_back({"scaling", Axis::Kind::string, Value(std::string("tensor")),
                      "tensor: one scale per tensor; block: x per token and 128 of K, W per 128x128 (DeepSeek-V3)"});

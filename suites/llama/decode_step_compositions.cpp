@@ -299,7 +299,7 @@ std::unique_ptr<StepInstance> make_ours_pdl_step(const DecodeStepProblem& p, voi
 std::unique_ptr<StepInstance> make_ours_stream_pdl_step(const DecodeStepProblem& p, void* logits_out,
                                                         cudaStream_t stream) {
   kernels::gemm::PlanOptions streaming;
-  streaming.stream = true;
+  streaming.stream = kernels::gemm::StreamUse::decode;
   return std::make_unique<OursStep>(p, logits_out, stream, true, streaming);
 }
 

@@ -141,7 +141,7 @@ TEST_P(GemmStreamGpu, MatchesTheReference) {
 TEST_F(GpuTest, GemmStreamFp8KeepsLongSumsInFp32) {
   namespace g = kernels::gemm;
   const int64_t m = 16, n = 132 * 64, k = 8192;
-  const g::GemmPlan plan = g::plan_gemm(m, n, k, current_device_sm_count(), g::Operands::e4m3, g::PlanOptions{false, true});
+  const g::GemmPlan plan = g::plan_gemm(m, n, k, current_device_sm_count(), g::Operands::e4m3);
   ASSERT_EQ(plan.tile, g::TileShape::stream) << plan.describe();
   ASSERT_EQ(plan.stream_chunk, plan.splits) << plan.describe();
   // E4M3 codes 0x30-0x37, 0.5 · (1 + mantissa / 8): values in [0.5, 1), mantissas from a hash of the index.
@@ -309,7 +309,8 @@ TEST_F(GpuTest, GemmLastSplitReduceHoldsOverRepeatedLaunches) {
 // Under programmatic dependent launch (kernels/sm90/pdl.h) each GEMM of a dependent chain streams its
 // first ring of W before waiting for the one before: a chain x -> y1 -> y2 -> y3 replayed as a graph
 // under PDL equals, bit for bit, the same chain without it, on every plan that issues W differently
-// (split-K with its reduce kernel, whole-K 128x128 and 128x256 tiles, 2-CTA clusters multicasting W).
+// (the streaming kernel, split-K with its reduce kernel, whole-K 128x128 and 128x256 tiles, 2-CTA clusters
+// multicasting W).
 TEST_F(GpuTest, GemmChainUnderPdlEqualsTheChainWithout) {
   namespace g = kernels::gemm;
   const int sms = current_device_sm_count();
@@ -318,7 +319,9 @@ TEST_F(GpuTest, GemmChainUnderPdlEqualsTheChainWithout) {
     int64_t m;
     g::PlanOptions options;
   };
-  for (const Chain chain : {Chain{1, {}}, Chain{48, {}}, Chain{2048, {}}, Chain{4096, {}}, Chain{4096, {true, false}}}) {
+  const g::PlanOptions split_k{false, g::StreamUse::never}, clusters{true, g::StreamUse::never};
+  for (const Chain chain : {Chain{1, {}}, Chain{1, split_k}, Chain{48, {}}, Chain{2048, {}}, Chain{4096, {}},
+                            Chain{4096, clusters}}) {
     const int64_t m = chain.m;
     std::vector<OwnedTensor> acts, weights;
     for (int i = 0; i < 4; ++i) acts.emplace_back(DType::bf16, std::vector<int64_t>{m, width}, "chain activation");
@@ -367,11 +370,15 @@ TEST_F(GpuTest, GemmChainUnderPdlEqualsTheChainWithout) {
   }
 }
 
-// The metrics say which plan ran: decode takes the split-K path.
-TEST_F(GpuTest, GemmDecodePlanSplitsK) {
-  const Case c = make_case("gemm_bf16", gemm_params({1, 4096, 4096}), DType::bf16);
+// The metrics say which plan ran: decode up to kStreamLeadM rows streams the weights, past them it takes
+// the split-K path.
+TEST_F(GpuTest, GemmDecodePlanStreamsThenSplitsK) {
+  const Case one = make_case("gemm_bf16", gemm_params({1, 4096, 4096}), DType::bf16);
+  EXPECT_EQ(prepared_metric(stream, one, "ours", "plan_tile_n"), kernels::gemm::kStreamRows);
+  const Case c = make_case("gemm_bf16", gemm_params({17, 4096, 4096}), DType::bf16);
   EXPECT_GT(prepared_metric(stream, c, "ours", "plan_splits"), 1);
   EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_m"), 64);
+  EXPECT_EQ(prepared_metric(stream, c, "ours", "plan_tile_n"), 128);
 }
 
 // ours_v2_cluster runs 2-CTA clusters where the planner pairs M tiles (the tests above then check

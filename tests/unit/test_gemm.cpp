@@ -27,7 +27,8 @@ using kernels::gemm::wave_efficiency;
 
 constexpr int kH100Sms = 132;
 // The split-K wgmma plan at small M (the default), and the streaming kernel (the rung ours_v3_stream).
-constexpr kernels::gemm::PlanOptions kSplitK{false, false}, kStream{false, true};
+constexpr kernels::gemm::PlanOptions kSplitK{false, kernels::gemm::StreamUse::never},
+    kStream{false, kernels::gemm::StreamUse::decode};
 
 TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   using kernels::gemm::Operands;
@@ -112,7 +113,7 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_NE(few_long.describe().find("contiguous ranges"), std::string::npos) << few_long.describe();
   EXPECT_EQ(kernels::gemm::stream_pieces(16, 32, kH100Sms), 0);
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
-  // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not with the option off.
+  // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not where the option says never.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
   // Nor where kSmallM rows of x pass 32-bit offsets (the kernel's x addressing).
   EXPECT_EQ(plan_gemm(1, 64, (int64_t(1) << 24) - 64, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
@@ -122,7 +123,13 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   block.block_scales = true;
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, block).tile, TileShape::m64n128);
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::bf16, kSplitK).tile, TileShape::m64n128);
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms).tile, TileShape::m64n128);  // off by default
+  // By default (`ours`) up to kStreamLeadM rows, where it leads the split-K tiles; past them split-K.
+  for (int64_t m : {1, 5, 16}) {
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms).tile, TileShape::stream) << m;
+    EXPECT_EQ(plan_gemm(m, 4096, 4096, kH100Sms, Operands::e4m3).tile, TileShape::stream) << m;
+  }
+  EXPECT_EQ(plan_gemm(17, 4096, 4096, kH100Sms).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(64, 4096, 4096, kH100Sms).tile, TileShape::m64n128);
   EXPECT_TRUE(kernels::gemm::stream_takes(Operands::e4m3, false));
   EXPECT_FALSE(kernels::gemm::stream_takes(Operands::e4m3, true));
   EXPECT_FALSE(kernels::gemm::stream_takes(Operands::s8, false));
@@ -254,7 +261,7 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // Tiles short of a wave stay single (M = 256, N = 4096: 64 tiles of 128x128), and split plans too.
   EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
-  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, kernels::gemm::PlanOptions{true, false}).cluster_m, 1);
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, kernels::gemm::PlanOptions{true, kernels::gemm::StreamUse::never}).cluster_m, 1);
   EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // A grid of whole clusters: an odd SM count leaves one SM out.
   EXPECT_EQ(p.grid(131), 130);
