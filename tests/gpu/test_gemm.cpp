@@ -136,7 +136,7 @@ TEST_P(GemmStreamGpu, MatchesTheReference) {
 
 // FP8's tensor-core accumulation keeps fewer bits than fp32 (DeepSeek-V3 §3.3.2): over a long K of positive
 // products its truncations all err one way. H200: summed in the tensor cores over 8192 of K the worst output
-// here is 15% low; with each stage's products (256 of K) added into fp32 sums, as the streaming kernel does,
+// here is off by 15%; with each stage's products (256 of K) added into fp32 sums, as the streaming kernel does,
 // 0.48%. 132 strips of 64 rows: each CTA sums one strip's whole K (a cut strip's pieces meet in fp32).
 TEST_F(GpuTest, GemmStreamFp8KeepsLongSumsInFp32) {
   namespace g = kernels::gemm;
