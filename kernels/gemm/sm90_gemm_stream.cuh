@@ -23,9 +23,10 @@
 //   PDL: W is never written by a kernel of the stream, so the first ring of W is requested while the kernel
 //   before finishes; x's boxes follow its end (pdl_wait).
 // - Consumers (one warpgroup): per stage, wgmma m64nNk16 (bf16) or m64nNk32 (e4m3) over its K blocks, N
-//   the token tile (8-64); a stage is released when the next stage's group is issued (wait_group 1).
-//   fp32 accumulation (FP8: each stage's products added into fp32 sums): thread (warp w, lane 4g + t) holds
-//   rows 16w + g and 16w + g + 8 of the strip for tokens 8j + 2t and 8j + 2t + 1.
+//   the token tile (8-64); a stage is released when the next stage's group is issued (wait_group 1), or
+//   with FP8 once its own group is done and its products are added into the fp32 sums. fp32 accumulation:
+//   thread (warp w, lane 4g + t) holds rows 16w + g and 16w + g + 8 of the strip for tokens 8j + 2t and
+//   8j + 2t + 1.
 // - Epilogue: the core's epilogue_value (scales, bias, activation, residual) straight from the registers,
 //   or the SwiGLU pair (rows 16w + g and 16w + g + 8 are one gate and one up row of gated column
 //   32·strip + 8w + g). A strip that a CTA range cuts (at most the first and the last of each CTA) is
