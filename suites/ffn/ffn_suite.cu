@@ -488,7 +488,9 @@ void register_ffn(Registry& registry) {
        "weights", true});
   auto unsupported = [](const Case& c) { return kernels::ffn::ffn_unsupported(FfnProblem::args_of(FfnShape(c))); };
   // ours' rungs: CoreFfn with where the split-K sums go, what the plans may choose, and PDL.
-  auto core = [](kernels::gemm::SplitReduce reduce, kernels::gemm::PlanOptions options, bool pdl = false) {
+  using kernels::gemm::PlanOptions;
+  using kernels::gemm::StreamUse;
+  auto core = [](kernels::gemm::SplitReduce reduce, PlanOptions options, bool pdl = false) {
     return [=](const Problem& p, const Case&, cudaStream_t s) -> std::unique_ptr<Instance> {
       return std::make_unique<CoreFfn>(as_ffn(p), reduce, options, s, pdl);
     };
@@ -500,28 +502,28 @@ void register_ffn(Registry& registry) {
        "both on the weight-streaming kernel (the activation in its epilogue); M = 17-64: split-K tiles, partials "
        "summed (and the activation applied) by a second kernel",
        unsupported,
-       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{}),
+       core(kernels::gemm::SplitReduce::kernel, PlanOptions{}),
        "weights"});
   op.impls.push_back(
       {"ours_v3_stream", Role::ours,
        "ours + the weight-streaming kernel for both GEMMs at M <= 64 (each weight byte read once, the activation "
        "in its epilogue, one launch per GEMM)",
        unsupported,
-       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{false, kernels::gemm::StreamUse::decode}),
+       core(kernels::gemm::SplitReduce::kernel, PlanOptions{false, StreamUse::decode}),
        "weights"});
   op.impls.push_back(
       {"ours_v2", Role::ours,
        "ours; split-K partials summed (and the "
        "activation applied) by each tile's last split inside the GEMM kernel: one launch per GEMM",
        unsupported,
-       core(kernels::gemm::SplitReduce::last_split, kernels::gemm::PlanOptions{false, kernels::gemm::StreamUse::never}),
+       core(kernels::gemm::SplitReduce::last_split, PlanOptions{false, StreamUse::never}),
        "weights"});
   op.impls.push_back(
       {"ours_v4_pdl", Role::ours,
        "ours launched under programmatic dependent launch: each kernel resident while the one before runs, the down "
        "GEMM requesting its first ring of W before it waits for h",
        unsupported,
-       core(kernels::gemm::SplitReduce::kernel, kernels::gemm::PlanOptions{}, true),
+       core(kernels::gemm::SplitReduce::kernel, PlanOptions{}, true),
        "weights"});
   registry.add(std::move(op));
 }

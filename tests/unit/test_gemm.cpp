@@ -261,7 +261,8 @@ TEST(GemmPlan, ClustersPairMTilesWhereTheTilesFillTheGpu) {
   EXPECT_EQ(plan_gemm(65, 57344, 8192, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // Tiles short of a wave stay single (M = 256, N = 4096: 64 tiles of 128x128), and split plans too.
   EXPECT_EQ(plan_gemm(256, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
-  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, kernels::gemm::PlanOptions{true, kernels::gemm::StreamUse::never}).cluster_m, 1);
+  const kernels::gemm::PlanOptions clusters_split_k{true, kernels::gemm::StreamUse::never};
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::bf16, clusters_split_k).cluster_m, 1);
   EXPECT_EQ(plan_gemm(128, 4096, 4096, kH100Sms, Operands::bf16, clusters).cluster_m, 1);
   // A grid of whole clusters: an odd SM count leaves one SM out.
   EXPECT_EQ(p.grid(131), 130);
