@@ -54,8 +54,6 @@ std::string GemmPlan::describe() const {
                      splits == 1 ? "" : "s", units(), group, cluster_m);
 }
 
-bool stream_takes(Operands operands, bool block_scales) { return operands != Operands::s8 && !block_scales; }
-
 double wave_efficiency(int64_t units, int sms) {
   const int64_t waves = ceil_div(units, sms);
   return waves == 0 ? 1.0 : double(units) / double(waves * sms);
@@ -67,10 +65,10 @@ int stream_pieces(int64_t strips, int stages, int sms) {
   return 0;
 }
 
-int narrow_stream_rows(int64_t n, int sms, int multiple) {
+int narrow_stream_rows(int64_t n, int sms, int multiple, bool rounds) {
   for (int rows = (kStreamRows - 1) / multiple * multiple; rows >= kMinStreamRows; rows -= multiple) {
     const int64_t strips = ceil_div(n, rows);
-    if (strips > sms) return 0;  // fewer rows make only more strips
+    if (strips > sms && !rounds) return 0;  // fewer rows make only more strips
     if (wave_efficiency(strips, sms) >= kMinWaveEfficiency) return rows;
   }
   return 0;
@@ -82,6 +80,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   GemmPlan plan;
   plan.operands = operands;
   plan.k_blocks = ceil_div(k, block_k(operands));
+  const GemmPlan unplanned = plan;
   auto set_tile = [&](TileShape t) {
     plan.tile = t;
     plan.m_tiles = ceil_div(m, tile_m(t));
@@ -93,7 +92,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
   const int64_t stream_max_m = options.stream == StreamUse::decode ? kSmallM
                                : options.stream == StreamUse::leads ? kStreamLeadM
                                                                     : 0;
-  if (m <= stream_max_m && stream_takes(operands, options.block_scales) && x_fits_32_bits) {
+  if (m <= stream_max_m && !options.block_scales && x_fits_32_bits) {
     set_tile(TileShape::stream);
     plan.splits = int(ceil_div(plan.k_blocks, kStreamStageBlocks));
     // Whole strips in turn where they fill the SMs' rounds, or in one round where they are short (<= 256 KB):
@@ -102,20 +101,29 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     // the cluster's shared memory, and the SMs a strip each would leave idle cost more than that (7B O and
     // down at M = 1, 64 strips on 132 SMs: see kernels/gemm/NOTES.md, "Session 33"). Else narrower whole
     // strips that fill one round (13B's O and down: 128 strips of 40 rows, not 80 of 64; a CTA streams its
-    // strip at ~40 GB/s, H200). Else whole strips in one round where they take a third of the SMs or more,
-    // else contiguous ranges.
+    // strip at ~40 GB/s, H200). Else whole strips in one round where they take a third of the SMs or more;
+    // else narrower whole strips that fill their last round (7B QKV: 256 strips of 48 rows in two rounds, 5-23%
+    // faster than contiguous ranges: kernels/gemm/NOTES.md, "Session 39"); else contiguous ranges.
     const bool short_strips = kStreamRows * k_bytes <= (256 << 10);
+    auto narrow = [&](int rows) {  // whole strips of `rows` rows in turn
+      plan.stream_rows = rows;
+      plan.n_tiles = ceil_div(n, rows);
+      plan.stream_chunk = plan.splits;
+    };
     if (wave_efficiency(plan.n_tiles, sms) >= kMinWaveEfficiency || (short_strips && plan.n_tiles <= sms))
       plan.stream_chunk = plan.splits;
     else if (const int pieces = stream_pieces(plan.n_tiles, plan.splits, sms); pieces > 0)
       plan.stream_chunk = plan.splits / pieces;
-    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated)); rows > 0) {
-      plan.stream_rows = rows;
-      plan.n_tiles = ceil_div(n, rows);
+    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated), false); rows > 0)
+      narrow(rows);
+    else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
       plan.stream_chunk = plan.splits;
-    } else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
-      plan.stream_chunk = plan.splits;
-    return plan;
+    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated), true); rows > 0)
+      narrow(rows);
+    // int8 past one token tile in contiguous ranges trailed the split-K tiles (kernels/gemm/NOTES.md, "Session 39").
+    const bool int8_ranges = operands == Operands::s8 && m > 8 && plan.stream_chunk == 0;
+    if (!(int8_ranges && options.stream == StreamUse::leads)) return plan;
+    plan = unplanned;
   }
   if (m > kSmallM) {
     set_tile(operands == Operands::e4m3 ? TileShape::m128n128 : TileShape::m128n256);

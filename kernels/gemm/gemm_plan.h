@@ -76,9 +76,9 @@ struct GemmPlan {
   std::string describe() const;  // "128x256 tiles, 1 split, 448 units, ..."
 };
 
-// Which small M the weight-streaming kernel takes (where stream_takes the operands; else split-K tiles).
+// Which small M the weight-streaming kernel takes (without FP8 block scales; else split-K tiles).
 enum class StreamUse {
-  leads,   // M <= kStreamLeadM (`ours`)
+  leads,   // M <= kStreamLeadM (`ours`), where it leads the split-K tiles
   decode,  // M <= kSmallM (the rungs ours_v3_stream and ours_v3_stream_pdl)
   never,   // none: the split-K tiles at every M <= kSmallM (the rungs ours_v2 and ours_v2_cluster)
 };
@@ -92,21 +92,19 @@ struct PlanOptions {
   bool gated = false;  // SwiGLU's interleaved gate|up rows: a streaming strip holds whole groups of 8 + 8
 };
 
-// Whether the weight-streaming kernel takes these operands: bf16 and e4m3 with per-tensor scales
-// (int8's s32 sums and FP8 block scales run on the wgmma tiles).
-bool stream_takes(Operands operands, bool block_scales);
-
 // y[M,N] = x[M,K] · W[N,K]ᵀ on `sms` SMs.
-// M within options.stream's rows, where stream_takes the operands and kSmallM rows of x fit 32-bit
-//   offsets (K below 2^24 bf16): the streaming kernel. Strips of
+// M within options.stream's rows, without FP8 block scales (the streaming kernel has none), where kSmallM
+//   rows of x fit 32-bit offsets (K below 2^24 bf16): the streaming kernel. Strips of
 //   kStreamRows rows of W (n_tiles), each K in `splits` stages of at most kStreamStageBlocks K blocks;
 //   whole strips dealt to the CTAs in turn (stream_chunk = splits) where they fill the rounds to
 //   kMinWaveEfficiency, or fit one round and are short (<= 256 KB), so that the grid reads W side by side
 //   without cut strips; else, in one round, strips in stream_pieces pieces (stream_chunk = splits /
 //   pieces: one piece a CTA, a cluster a strip); else, where narrow_stream_rows finds them, whole narrower
 //   strips in one round; else whole strips where they fit one round on a third of the SMs or more; else
-//   units (strip, stage) divided evenly over min(units, sms) CTAs as contiguous ranges (a cut strip is
-//   summed across CTAs).
+//   whole narrower strips that fill their last round; else units (strip, stage) divided evenly over
+//   min(units, sms) CTAs as contiguous ranges (a cut strip is summed across CTAs). Under StreamUse::leads,
+//   int8 past one token tile takes the split-K tiles instead of contiguous ranges, which trailed them there
+//   (kernels/gemm/NOTES.md, "Session 39").
 // Else M <= kSmallM: 64×128 tiles, and the fewest K splits (up to kMaxSplits, each >= kMinSplitKBlocks of
 //   K) whose units fill the last wave to kMinWaveEfficiency, else the split count that fills it best:
 //   the weights must stream through every SM.
@@ -135,8 +133,9 @@ double wave_efficiency(int64_t units, int sms);
 int stream_pieces(int64_t strips, int stages, int sms);
 
 // The most rows (a multiple of `multiple`, from kMinStreamRows to below kStreamRows) whose strips of N rows
-// fill one round of `sms` SMs to kMinWaveEfficiency; 0 where none does. 13B's O and down (N = 5120: 80 strips
-// of 64 rows on 80 SMs, pairs of pieces two rounds): 40, 128 strips.
-int narrow_stream_rows(int64_t n, int sms, int multiple);
+// fill one round of `sms` SMs to kMinWaveEfficiency (with `rounds`, their last round); 0 where none does.
+// 13B's O and down (N = 5120: 80 strips of 64 rows on 80 SMs, pairs of pieces two rounds): 40, 128 strips.
+// With rounds, 7B QKV (N = 12288: 192 strips of 64 rows, 1.45 rounds): 48, 256 strips in two.
+int narrow_stream_rows(int64_t n, int sms, int multiple, bool rounds);
 
 }  // namespace topt::kernels::gemm

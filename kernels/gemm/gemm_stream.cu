@@ -28,9 +28,9 @@ void with_stream_kernel(Operands operands, int64_t m, F&& f) {
   switch (operands) {
     case Operands::bf16: return by_tiles(std::integral_constant<Operands, Operands::bf16>{});
     case Operands::e4m3: return by_tiles(std::integral_constant<Operands, Operands::e4m3>{});
-    case Operands::s8: break;
+    case Operands::s8: return by_tiles(std::integral_constant<Operands, Operands::s8>{});
   }
-  throw std::invalid_argument("gemm: the streaming kernel takes bf16 or e4m3 operands");
+  throw std::invalid_argument("gemm: the streaming kernel's operands are bf16, e4m3 or s8");
 }
 
 }  // namespace

@@ -22,9 +22,10 @@
 //   128-byte swizzle) and one of x (the token tile's 8·kMTiles rows, zero past M), as wgmma's A and B.
 //   PDL: W is never written by a kernel of the stream, so the first ring of W is requested while the kernel
 //   before finishes; x's boxes follow its end (pdl_wait).
-// - Consumers (one warpgroup): per stage, wgmma m64nNk16 (bf16) or m64nNk32 (e4m3) over its K blocks, N
-//   the token tile (8-64); a stage is released when the next stage's group is issued (wait_group 1), or
-//   with FP8 once its own group is done and its products are added into the fp32 sums. fp32 accumulation:
+// - Consumers (one warpgroup): per stage, wgmma m64nNk16 (bf16) or m64nNk32 (e4m3, s8) over its K blocks,
+//   N the token tile (8-64); a stage is released when the next stage's group is issued (wait_group 1), or
+//   with FP8 once its own group is done and its products are added into the fp32 sums (int8 sums in s32,
+//   exact, converted at the end). fp32 accumulation:
 //   thread (warp w, lane 4g + t) holds rows 16w + g and 16w + g + 8 of the strip for tokens 8j + 2t and
 //   8j + 2t + 1.
 // - Epilogue: the core's epilogue_value (scales, bias, activation, residual) straight from the registers,
@@ -115,10 +116,11 @@ __device__ __forceinline__ bool sum_pieces_in_rank0(float (&acc)[kAcc], uint32_t
 template <Operands kOperands, int kMTiles>
 __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(const __grid_constant__ GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static_assert(kOperands == Operands::bf16 || kOperands == Operands::e4m3, "the streaming kernel's operands");
   using C = StreamConfig;
   using sm90::RingPos;
-  using Op = std::conditional_t<kOperands == Operands::bf16, sm90::GemmBf16, sm90::GemmE4m3>;
+  using Op = std::conditional_t<kOperands == Operands::bf16, sm90::GemmBf16,
+                                std::conditional_t<kOperands == Operands::e4m3, sm90::GemmE4m3, sm90::GemmS8>>;
+  using Acc = std::conditional_t<kOperands == Operands::s8, int32_t, float>;  // the tensor cores' sums
   constexpr int kStages = C::kStages<kMTiles>, kStageBytes = C::kStageBytes<kMTiles>;
   constexpr int kXBoxBytes = C::kXBoxBytes<kMTiles>, kN = 8 * kMTiles;
   constexpr bool kPromote = kOperands == Operands::e4m3;
@@ -231,8 +233,12 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
     // over 28672 of K (70B down) put outputs past the check's tolerance; each stage's products (256 of K)
     // are added into the fp32 sums instead, as the one-consumer tiles do. The stage's wait costs nothing
     // the ring does not hide: a stage of MMAs is a few hundred cycles, its 16 KB of W arrive in ~1000.
-    float part[kN / 2];
-    float(&products)[kN / 2] = kPromote ? part : acc;
+    // int8: exact s32 sums over the run, converted to fp32 once at its end.
+    Acc part[kN / 2];
+    auto& products = [&]() -> Acc(&)[kN / 2] {
+      if constexpr (kOperands == Operands::bf16) return acc;
+      else return part;
+    }();
     int held = -1;  // a stage that wgmma may still read
     for (int s = run.s_begin; s < run.s_end; ++s) {
       sm90::mbar_wait(full(pos.stage), pos.phase);
@@ -241,7 +247,7 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
       for (int b = 0; b < C::kBlocks; ++b) {
 #pragma unroll
         for (int j = 0; j < C::kRowBytes / C::kStepBytes; ++j)
-          sm90::wgmma_gemm<kN, Op, float>(products,
+          sm90::wgmma_gemm<kN, Op, Acc>(products,
                                            sm90::sw128_desc(w_box(pos.stage, b) + C::kStepBytes * j, 0, 1024),
                                            sm90::sw128_desc(x_box(pos.stage, b) + C::kStepBytes * j, 0, 1024),
                                            (!kPromote && s > run.s_begin) || b > 0 || j > 0);
@@ -262,8 +268,12 @@ __global__ void __launch_bounds__(StreamConfig::kThreads, 1) gemm_stream_kernel(
     }
     if constexpr (!kPromote) {
       sm90::wgmma_wait<0>();
-      sm90::fence_regs(acc);
+      sm90::fence_regs(products);
       if (lane == 0) sm90::mbar_arrive(empty(held));
+    }
+    if constexpr (kOperands == Operands::s8) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) acc[i] = float(part[i]);
     }
 
     // acc[4j + i]: row 16·warp + g + 8·(i / 2), token 8j + 2t + i % 2.

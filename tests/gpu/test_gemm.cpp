@@ -200,6 +200,9 @@ TEST_F(GpuTest, GemmStreamHoldsOverRepeatedLaunches) {
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 1000, 4104}), DType::bf16), "ours_v3_stream", 3, 5);
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 4000, 4096}), DType::bf16), "ours_v3_stream", 3, 5);
   expect_repeated_launches_pass(make_case("gemm_bf16", gemm_params({3, 5100, 5120}), DType::bf16), "ours_v3_stream", 3, 5);
+  // int8's s32 sums: whole strips, and strips cut across CTAs (contiguous ranges: 192 strips on 132 SMs).
+  expect_repeated_launches_pass(make_case("gemm_int8", gemm_params({3, 4000, 4096}), DType::bf16), "ours_v3_stream", 3, 5);
+  expect_repeated_launches_pass(make_case("gemm_int8", gemm_params({12, 12288, 4096}), DType::bf16), "ours_v3_stream", 3, 5);
 }
 
 // FP8 and INT8: K a multiple of 16 (one-byte TMA rows) and, for block scales, of 128.

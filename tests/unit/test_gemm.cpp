@@ -62,10 +62,14 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, gated).stream_rows, 64);
   EXPECT_EQ(plan_gemm(1, 5120, 5120, kH100Sms, Operands::bf16, gated).grid(kH100Sms), 80);
   EXPECT_EQ(plan_gemm(1, 6000, 4096, kH100Sms, Operands::bf16, gated).stream_rows, 48);  // 125 strips
-  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 8), 40);
-  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 16), 0);
-  EXPECT_EQ(kernels::gemm::narrow_stream_rows(1000, kH100Sms, 8), 0);  // 32 strips of 32 rows at most
-  EXPECT_EQ(kernels::gemm::narrow_stream_rows(20000, kH100Sms, 8), 0);  // 64-row strips already pass a round
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 8, false), 40);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(5120, kH100Sms, 16, false), 0);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(1000, kH100Sms, 8, false), 0);  // 32 strips of 32 rows at most
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(20000, kH100Sms, 8, false), 0);  // 64-row strips already pass a round
+  // Over more rounds: 7B QKV 256 strips of 48 rows in two; 70B QKV 256 of 40; 7B gate+up 394 of 56 in three.
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(12288, kH100Sms, 8, true), 48);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(10240, kH100Sms, 8, true), 40);
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(22016, kH100Sms, 8, true), 56);
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).stream_chunk, 16);
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).grid(kH100Sms), 126);
   // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so whole strips of 32 rows, 128 of them.
@@ -113,12 +117,12 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_NE(few_long.describe().find("contiguous ranges"), std::string::npos) << few_long.describe();
   EXPECT_EQ(kernels::gemm::stream_pieces(16, 32, kH100Sms), 0);
   EXPECT_EQ(plan_gemm(1, 8, 8, kH100Sms, Operands::bf16, kStream).grid(kH100Sms), 1);  // one strip, one stage
-  // Not past kSmallM, not int8 (s32 sums), not FP8 block scales, not where the option says never.
+  // Not past kSmallM, not FP8 block scales, not where the option says never.
   EXPECT_NE(plan_gemm(65, 4096, 4096, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
   // Nor where kSmallM rows of x pass 32-bit offsets (the kernel's x addressing).
   EXPECT_EQ(plan_gemm(1, 64, (int64_t(1) << 24) - 64, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
   EXPECT_NE(plan_gemm(1, 64, int64_t(1) << 24, kH100Sms, Operands::bf16, kStream).tile, TileShape::stream);
-  EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::s8, kStream).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(64, 12288, 4096, kH100Sms, Operands::s8, kStream).tile, TileShape::stream);
   PlanOptions block = kStream;
   block.block_scales = true;
   EXPECT_EQ(plan_gemm(1, 4096, 4096, kH100Sms, Operands::e4m3, block).tile, TileShape::m64n128);
@@ -130,9 +134,16 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   }
   EXPECT_EQ(plan_gemm(17, 4096, 4096, kH100Sms).tile, TileShape::m64n128);
   EXPECT_EQ(plan_gemm(64, 4096, 4096, kH100Sms).tile, TileShape::m64n128);
-  EXPECT_TRUE(kernels::gemm::stream_takes(Operands::e4m3, false));
-  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::e4m3, true));
-  EXPECT_FALSE(kernels::gemm::stream_takes(Operands::s8, false));
+  // int8 too, but past one token tile `ours` keeps the split-K tiles where the strips would be cut into
+  // contiguous ranges (N = 9000: no strip width from 32 to 64 rows fills the rounds), and streams whole
+  // strips in turn (7B QKV: 48 rows, two rounds; 70B gate+up).
+  for (int64_t m : {1, 8}) EXPECT_EQ(plan_gemm(m, 9000, 4096, kH100Sms, Operands::s8).tile, TileShape::stream) << m;
+  EXPECT_EQ(plan_gemm(1, 9000, 4096, kH100Sms, Operands::s8).stream_chunk, 0);
+  EXPECT_EQ(plan_gemm(9, 9000, 4096, kH100Sms, Operands::s8).tile, TileShape::m64n128);
+  EXPECT_EQ(plan_gemm(16, 9000, 4096, kH100Sms, Operands::s8, kStream).tile, TileShape::stream);
+  EXPECT_EQ(plan_gemm(16, 12288, 4096, kH100Sms, Operands::s8).stream_rows, 48);
+  EXPECT_EQ(plan_gemm(16, 57344, 8192, kH100Sms, Operands::s8).tile, TileShape::stream);
+  EXPECT_EQ(plan_gemm(16, 4096, 4096, kH100Sms, Operands::s8).tile, TileShape::stream);
 }
 
 TEST(GemmPlan, SplitKDecodeStreamsTheWeightsThroughEverySm) {
