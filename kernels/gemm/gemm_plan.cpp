@@ -66,7 +66,8 @@ int stream_pieces(int64_t strips, int stages, int sms) {
 }
 
 int narrow_stream_rows(int64_t n, int sms, int multiple, bool rounds) {
-  for (int rows = (kStreamRows - 1) / multiple * multiple; rows >= kMinStreamRows; rows -= multiple) {
+  const int narrowest = rounds ? kMinRoundsStreamRows : kMinStreamRows;
+  for (int rows = (kStreamRows - 1) / multiple * multiple; rows >= narrowest; rows -= multiple) {
     const int64_t strips = ceil_div(n, rows);
     if (strips > sms && !rounds) return 0;  // fewer rows make only more strips
     if (wave_efficiency(strips, sms) >= kMinWaveEfficiency) return rows;

@@ -44,6 +44,9 @@ constexpr int kRasterGroup = 8;         // M tiles that walk the N tiles togethe
 constexpr int kClusterM = 2;            // CTAs of a cluster along M (they share the W tile)
 constexpr int kStreamRows = 64;         // rows of W per strip of the streaming kernel (wgmma's m64)
 constexpr int kMinStreamRows = 32;      // the narrowest strip (4 KB boxes of W), where 64 rows leave SMs idle
+// The narrowest strip over several rounds: a stage of narrower strips carries fewer bytes (the ring's stages
+// are sized for 64 rows), and 32-row strips in 6.5 rounds made 13B's decode step 15% slower (gate|up).
+constexpr int kMinRoundsStreamRows = 40;
 constexpr int kStreamStageBlocks = 2;   // the streaming kernel's K blocks (128 bytes) per stage, at most
 // Pieces of a strip run as one thread-block cluster that sums them in shared memory: pairs, which every
 // GPC holds whole (its SMs come in TPCs of 2), so that a plan's one round of pieces is resident at once.
@@ -133,7 +136,8 @@ double wave_efficiency(int64_t units, int sms);
 int stream_pieces(int64_t strips, int stages, int sms);
 
 // The most rows (a multiple of `multiple`, from kMinStreamRows to below kStreamRows) whose strips of N rows
-// fill one round of `sms` SMs to kMinWaveEfficiency (with `rounds`, their last round); 0 where none does.
+// fill one round of `sms` SMs to kMinWaveEfficiency (with `rounds`, their last round, from
+// kMinRoundsStreamRows rows); 0 where none does.
 // 13B's O and down (N = 5120: 80 strips of 64 rows on 80 SMs, pairs of pieces two rounds): 40, 128 strips.
 // With rounds, 7B QKV (N = 12288: 192 strips of 64 rows, 1.45 rounds): 48, 256 strips in two.
 int narrow_stream_rows(int64_t n, int sms, int multiple, bool rounds);

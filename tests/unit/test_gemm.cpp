@@ -70,6 +70,8 @@ TEST(GemmPlan, DecodeTakesTheStreamingKernelInStrips) {
   EXPECT_EQ(kernels::gemm::narrow_stream_rows(12288, kH100Sms, 8, true), 48);
   EXPECT_EQ(kernels::gemm::narrow_stream_rows(10240, kH100Sms, 8, true), 40);
   EXPECT_EQ(kernels::gemm::narrow_stream_rows(22016, kH100Sms, 8, true), 56);
+  // 13B's interleaved gate|up (groups of 16 rows): 48 fills 87% of its last round, and 32 is too narrow.
+  EXPECT_EQ(kernels::gemm::narrow_stream_rows(27648, kH100Sms, 16, true), 0);
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).stream_chunk, 16);
   EXPECT_EQ(plan_gemm(64, 4000, 8192, kH100Sms, Operands::e4m3, kStream).grid(kH100Sms), 126);
   // Pieces divide the stages: 33 stages (K 4224) cannot be halved, so whole strips of 32 rows, 128 of them.
