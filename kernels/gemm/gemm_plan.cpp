@@ -106,6 +106,7 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
     // else narrower whole strips that fill their last round (7B QKV: 256 strips of 48 rows in two rounds, 5-23%
     // faster than contiguous ranges: kernels/gemm/NOTES.md, "Session 39"); else contiguous ranges.
     const bool short_strips = kStreamRows * k_bytes <= (256 << 10);
+    const int multiple = stream_rows_multiple(options.gated);
     auto narrow = [&](int rows) {  // whole strips of `rows` rows in turn
       plan.stream_rows = rows;
       plan.n_tiles = ceil_div(n, rows);
@@ -115,11 +116,11 @@ GemmPlan plan_gemm(int64_t m, int64_t n, int64_t k, int sms, Operands operands, 
       plan.stream_chunk = plan.splits;
     else if (const int pieces = stream_pieces(plan.n_tiles, plan.splits, sms); pieces > 0)
       plan.stream_chunk = plan.splits / pieces;
-    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated), false); rows > 0)
+    else if (const int rows = narrow_stream_rows(n, sms, multiple, false); rows > 0)
       narrow(rows);
     else if (plan.n_tiles <= sms && 3 * plan.n_tiles >= sms)
       plan.stream_chunk = plan.splits;
-    else if (const int rows = narrow_stream_rows(n, sms, stream_rows_multiple(options.gated), true); rows > 0)
+    else if (const int rows = narrow_stream_rows(n, sms, multiple, true); rows > 0)
       narrow(rows);
     // int8 past one token tile in contiguous ranges trailed the split-K tiles (kernels/gemm/NOTES.md, "Session 39").
     const bool int8_ranges = operands == Operands::s8 && m > 8 && plan.stream_chunk == 0;
